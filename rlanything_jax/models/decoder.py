@@ -1,0 +1,175 @@
+"""Llama / Qwen2 / Qwen3 decoder in Flax NNX.
+
+Every parameter carries `logical_axes` metadata (names such as "embed", "heads",
+"mlp"); `rlanything_jax.sharding` turns those into mesh shardings through the rules
+table in the config, so the model itself never names a mesh axis.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from rlanything_jax.models.attention import causal_padding_mask, grouped_query_attention
+from rlanything_jax.models.model_config import DecoderConfig
+from rlanything_jax.models.rope import apply_rope, inverse_frequencies, rope_cos_sin
+
+
+def _init(rngs: nnx.Rngs, shape: Sequence[int], dtype, fan_in: int) -> jax.Array:
+    return jax.random.normal(rngs.params(), tuple(shape), dtype) * (fan_in ** -0.5)
+
+
+class Projection(nnx.Module):
+    """A linear map contracting the trailing `len(in_shape)` input dims onto `out_shape`."""
+
+    def __init__(self, in_shape: tuple[int, ...], out_shape: tuple[int, ...], *, in_axes: tuple[str, ...],
+                 out_axes: tuple[str, ...], use_bias: bool, dtype, param_dtype, rngs: nnx.Rngs):
+        fan_in = 1
+        for size in in_shape:
+            fan_in *= size
+        self.kernel = nnx.Param(_init(rngs, in_shape + out_shape, param_dtype, fan_in),
+                                logical_axes=in_axes + out_axes)
+        self.bias = nnx.Param(jnp.zeros(out_shape, param_dtype), logical_axes=out_axes) if use_bias else None
+        self.num_in_dims = len(in_shape)
+        self.dtype = dtype
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        y = jnp.tensordot(x.astype(self.dtype), self.kernel[...].astype(self.dtype), axes=self.num_in_dims)
+        if self.bias is not None:
+            y = y + self.bias[...].astype(self.dtype)
+        return y
+
+
+class RMSNorm(nnx.Module):
+    """Root-mean-square norm, computed in float32 like transformers' LlamaRMSNorm."""
+
+    def __init__(self, dim: int, eps: float, *, dtype, param_dtype, axis_name: str = "norm"):
+        self.scale = nnx.Param(jnp.ones((dim,), param_dtype), logical_axes=(axis_name,))
+        self.eps = eps
+        self.dtype = dtype
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        x32 = x.astype(jnp.float32)
+        normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
+        return self.scale[...].astype(self.dtype) * normed.astype(self.dtype)
+
+
+class Attention(nnx.Module):
+    def __init__(self, cfg: DecoderConfig, *, dtype, param_dtype, rngs: nnx.Rngs):
+        dims = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        e, h, kv, d = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        self.q_proj = Projection((e,), (h, d), in_axes=("embed",), out_axes=("heads", "head_dim"),
+                                 use_bias=cfg.qkv_bias, **dims)
+        self.k_proj = Projection((e,), (kv, d), in_axes=("embed",), out_axes=("kv_heads", "head_dim"),
+                                 use_bias=cfg.qkv_bias, **dims)
+        self.v_proj = Projection((e,), (kv, d), in_axes=("embed",), out_axes=("kv_heads", "head_dim"),
+                                 use_bias=cfg.qkv_bias, **dims)
+        self.o_proj = Projection((h, d), (e,), in_axes=("heads", "head_dim"), out_axes=("embed",),
+                                 use_bias=cfg.o_bias, **dims)
+        if cfg.qk_norm:
+            self.q_norm = RMSNorm(d, cfg.rms_norm_eps, dtype=dtype, param_dtype=param_dtype, axis_name="head_dim")
+            self.k_norm = RMSNorm(d, cfg.rms_norm_eps, dtype=dtype, param_dtype=param_dtype, axis_name="head_dim")
+        else:
+            self.q_norm = self.k_norm = None
+
+    def project_qkv(self, x: jax.Array, cos: jax.Array, sin: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """Rotated queries and keys and values for x [batch, time, embed]."""
+        q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
+
+    def __call__(self, x: jax.Array, cos: jax.Array, sin: jax.Array, mask: jax.Array) -> jax.Array:
+        q, k, v = self.project_qkv(x, cos, sin)
+        return self.o_proj(grouped_query_attention(q, k, v, mask))
+
+
+class MLP(nnx.Module):
+    """SwiGLU feed-forward: down(silu(gate(x)) * up(x))."""
+
+    def __init__(self, cfg: DecoderConfig, *, dtype, param_dtype, rngs: nnx.Rngs):
+        dims = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs, use_bias=cfg.mlp_bias)
+        e, f = cfg.hidden_size, cfg.intermediate_size
+        self.gate_proj = Projection((e,), (f,), in_axes=("embed",), out_axes=("mlp",), **dims)
+        self.up_proj = Projection((e,), (f,), in_axes=("embed",), out_axes=("mlp",), **dims)
+        self.down_proj = Projection((f,), (e,), in_axes=("mlp",), out_axes=("embed",), **dims)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return self.down_proj(jax.nn.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nnx.Module):
+    def __init__(self, cfg: DecoderConfig, *, dtype, param_dtype, rngs: nnx.Rngs):
+        norms = dict(dtype=dtype, param_dtype=param_dtype, axis_name="embed")
+        self.input_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, **norms)
+        self.attn = Attention(cfg, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        self.post_attention_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, **norms)
+        self.mlp = MLP(cfg, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+
+    def __call__(self, x: jax.Array, cos: jax.Array, sin: jax.Array, mask: jax.Array) -> jax.Array:
+        x = x + self.attn(self.input_norm(x), cos, sin, mask)
+        return x + self.mlp(self.post_attention_norm(x))
+
+
+class Decoder(nnx.Module):
+    """Causal LM: `model(input_ids [B, T] int32) -> logits [B, T, vocab] float32`."""
+
+    def __init__(self, cfg: DecoderConfig, *, dtype=jnp.float32, param_dtype=jnp.float32,
+                 rngs: nnx.Rngs | None = None):
+        rngs = rngs if rngs is not None else nnx.Rngs(0)
+        self.config = cfg
+        self.dtype = dtype
+        self.embed = nnx.Param(_init(rngs, (cfg.vocab_size, cfg.hidden_size), param_dtype, 1),
+                               logical_axes=("vocab", "embed"))
+        self.layers = nnx.List([DecoderLayer(cfg, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+                                for _ in range(cfg.num_layers)])
+        self.final_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype=dtype, param_dtype=param_dtype,
+                                  axis_name="embed")
+        if cfg.tie_word_embeddings:
+            self.lm_head = None
+        else:
+            self.lm_head = Projection((cfg.hidden_size,), (cfg.vocab_size,), in_axes=("embed",),
+                                      out_axes=("vocab",), use_bias=False, dtype=dtype, param_dtype=param_dtype,
+                                      rngs=rngs)
+
+    def rope(self, positions: jax.Array) -> tuple[jax.Array, jax.Array]:
+        # Host-side constants, recomputed per trace, so they never become model state.
+        inv_freq, scaling = inverse_frequencies(self.config.rope, self.config.head_dim)
+        return rope_cos_sin(positions, inv_freq, scaling)
+
+    def embed_tokens(self, input_ids: jax.Array) -> jax.Array:
+        return jnp.take(self.embed[...], input_ids, axis=0).astype(self.dtype)
+
+    def hidden_states(self, input_ids: jax.Array, attention_mask: jax.Array | None = None,
+                      positions: jax.Array | None = None) -> jax.Array:
+        """Final-norm hidden states [B, T, embed] for a (possibly left-padded) batch."""
+        if attention_mask is None:
+            attention_mask = jnp.ones(input_ids.shape, jnp.int32)
+        if positions is None:
+            positions = positions_from_mask(attention_mask)
+        cos, sin = self.rope(positions)
+        mask = causal_padding_mask(attention_mask)
+        x = self.embed_tokens(input_ids)
+        for layer in self.layers:
+            x = layer(x, cos, sin, mask)
+        return self.final_norm(x)
+
+    def logits(self, hidden: jax.Array) -> jax.Array:
+        if self.lm_head is None:
+            out = jnp.einsum("bte,ve->btv", hidden, self.embed[...].astype(self.dtype))
+        else:
+            out = self.lm_head(hidden)
+        return out.astype(jnp.float32)
+
+    def __call__(self, input_ids: jax.Array, attention_mask: jax.Array | None = None,
+                 positions: jax.Array | None = None) -> jax.Array:
+        return self.logits(self.hidden_states(input_ids, attention_mask, positions))
+
+
+def positions_from_mask(attention_mask: jax.Array) -> jax.Array:
+    """Position ids that count only real tokens, so left padding does not shift them (pads get 0)."""
+    mask = attention_mask.astype(jnp.int32)
+    return jnp.maximum(jnp.cumsum(mask, axis=-1) - 1, 0) * mask
