@@ -1,0 +1,1 @@
+"""Run configurations: one ml_collections file per scenario, each with named variants."""

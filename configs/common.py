@@ -1,0 +1,106 @@
+"""The configuration schema shared by every scenario, with the reference's constants.
+
+Scenario files start from `base_config()` and change what differs. Every constant
+of the algorithm is here so that it can be set from the command line
+(`--config.rollout.group_size=4`). `rlanything_jax.config.validate` checks it all.
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+from rlanything_jax.sharding import DEFAULT_LOGICAL_AXIS_RULES
+
+# A model given as "package:NAME" is converted once from a PyPI package into a cache
+# directory (see rlanything_jax.models.registry); anything else is a local HF directory.
+SMOLLM2 = "package:smollm2-135m-instruct"
+
+
+def model_config(path: str, dtype: str = "bfloat16") -> ml_collections.ConfigDict:
+    return ml_collections.ConfigDict({
+        "path": path,            # local Hugging Face directory or "package:NAME"
+        "dtype": dtype,          # parameter dtype
+        "compute_dtype": dtype,  # activation dtype
+    })
+
+
+def base_config(scenario: str) -> ml_collections.ConfigDict:
+    cfg = ml_collections.ConfigDict()
+    cfg.scenario = scenario
+    cfg.seed = 10086
+    cfg.workdir = f"runs/{scenario}"
+
+    cfg.model = ml_collections.ConfigDict({
+        "policy": model_config(SMOLLM2),
+        "reward": model_config(SMOLLM2),
+        "environment": model_config(SMOLLM2),   # frozen task-rewriting LLM
+    })
+
+    cfg.mesh = ml_collections.ConfigDict({"shape": {"data": 1, "fsdp": -1, "tensor": 1}})
+    cfg.sharding = ml_collections.ConfigDict({"logical_axis_rules": DEFAULT_LOGICAL_AXIS_RULES})
+
+    cfg.loop = ml_collections.ConfigDict({
+        "total_steps": 200,
+        "save_every": 30,
+        "eval_every": 5,
+    })
+    cfg.rollout = ml_collections.ConfigDict({
+        "tasks_per_step": 16,       # active tasks sampled per step (pending candidates come on top)
+        "group_size": 8,            # G rollouts per task
+        "max_turns": 40,
+        "temperature": 0.8,
+        "top_p": 0.95,
+        "top_k": 0,                 # 0 = off
+        "max_new_tokens": 2000,
+        "max_prompt_tokens": 2048,
+    })
+    cfg.reward = ml_collections.ConfigDict({
+        "num_judgments": 3,         # m RM samples per policy step
+        "step_weight": 1.0,         # lambda in R = O + lambda * mean(S)
+        "temperature": 0.8,
+        "top_p": 0.95,
+        "max_new_tokens": 4000,
+        "invalid_judgment_reward": -2.0,
+        "band_low": 0.2,            # RM trains only on tasks whose accuracy is in [band_low, band_high]
+        "band_high": 0.8,
+    })
+    cfg.curriculum = ml_collections.ConfigDict({
+        "enabled": True,
+        "harder_at": 0.8,           # accuracy >= harder_at: rewrite harder
+        "easier_at": 0.2,           # accuracy <= easier_at: rewrite easier
+        "accept_low": 0.2,
+        "accept_high": 0.8,
+        "candidates_per_task": 8,
+        "temperature": 0.8,
+        "max_new_tokens": 8192,
+    })
+    cfg.train = ml_collections.ConfigDict({
+        "policy": train_config(updates_per_step=4),
+        "reward": train_config(updates_per_step=4),
+        "train_reward_model": True,
+        "policy_acc_low": 1 / 8,    # policy data: tasks with accuracy in [low, high]
+        "policy_acc_high": 7 / 8,
+    })
+    cfg.demo = ml_collections.ConfigDict({
+        # Until the RL loop lands, main shows the policy model answering this chat prompt.
+        "prompt": "",
+        "max_new_tokens": 32,
+    })
+    return cfg
+
+
+def train_config(updates_per_step: int) -> ml_collections.ConfigDict:
+    return ml_collections.ConfigDict({
+        "learning_rate": 1e-6,
+        "adam_b1": 0.9,
+        "adam_b2": 0.999,
+        "adam_eps": 1e-8,
+        "weight_decay": 0.0,
+        "max_grad_norm": 1.0,
+        "clip_eps": 0.2,
+        "kl_beta": 0.01,
+        "updates_per_step": updates_per_step,
+        "micro_batch_size": 1,
+        "max_prompt_tokens": 2048,
+        "max_response_tokens": 2048,
+    })

@@ -1,0 +1,79 @@
+"""Entry point: `python -m rlanything_jax.main --config=configs/<scenario>.py[:variant]`.
+
+Parses, validates and prints the resolved config. Until the RL loop lands, a
+config with `demo.prompt` set then shows the policy model answering that prompt
+(the embedded default does, with the small model packaged on PyPI).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from absl import app
+from ml_collections import config_flags
+
+from rlanything_jax.config import DEFAULT_CONFIG, ConfigError, validate
+
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", default=DEFAULT_CONFIG,
+    help_string="configs/<scenario>.py[:variant]; override any key with --config.a.b=value")
+
+
+def _log(message: str) -> None:
+    print(f"[rlanything_jax] {message}", file=sys.stderr, flush=True)
+
+
+def run_demo(cfg) -> str:
+    """Loads the policy model on the configured mesh and answers `cfg.demo.prompt` greedily."""
+    import jax
+
+    from rlanything_jax import sharding
+    from rlanything_jax.models import load_pretrained
+    from rlanything_jax.models.registry import resolve_model_dir
+    from rlanything_jax.models.tokenizer import Tokenizer
+    from rlanything_jax.sampling.full_forward import greedy_generate
+
+    model_dir = resolve_model_dir(cfg.model.policy.path)
+    mesh = sharding.build_mesh(dict(cfg.mesh.shape))
+    _log(f"loading {model_dir} on mesh {dict(mesh.shape)} ({jax.devices()[0].platform})")
+    start = time.perf_counter()
+    model = load_pretrained(model_dir, dtype=cfg.model.policy.dtype, mesh=mesh,
+                            rules=cfg.sharding.logical_axis_rules, compute_dtype=cfg.model.policy.compute_dtype)
+    tokenizer = Tokenizer.from_dir(model_dir)
+    _log(f"loaded in {time.perf_counter() - start:.1f}s; generating {cfg.demo.max_new_tokens} tokens")
+    prompt_ids = tokenizer.encode_chat([{"role": "user", "content": cfg.demo.prompt}])
+    start = time.perf_counter()
+    [completion] = greedy_generate(model, [prompt_ids], cfg.demo.max_new_tokens, tokenizer.stop_token_ids)
+    _log(f"generated {len(completion)} tokens in {time.perf_counter() - start:.1f}s")
+    return tokenizer.decode(completion, skip_special_tokens=True)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) > 1:
+        print(f"error: unexpected arguments {argv[1:]}", file=sys.stderr)
+        return 2
+    cfg = _CONFIG.value
+    try:
+        validate(cfg)
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print("# resolved config")
+    print(cfg)
+    if cfg.demo.prompt:
+        try:
+            answer = run_demo(cfg)
+        except (FileNotFoundError, ValueError) as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 1
+        print(f"# demo\nuser: {cfg.demo.prompt}\nassistant: {answer}")
+    return 0
+
+
+def run() -> None:
+    app.run(lambda argv: sys.exit(main(argv)))
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,76 @@
+"""Tiny random transformers models (PyTorch) used as the numerical reference."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import torch
+import transformers
+
+FAMILIES = {
+    "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
+    "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM),
+    "qwen3": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM),
+}
+
+
+def tiny_config(family: str, **overrides):
+    config_cls, _ = FAMILIES[family]
+    kwargs = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                  rope_theta=1e4, tie_word_embeddings=False, rms_norm_eps=1e-6)
+    kwargs.update(overrides)
+    return config_cls(**kwargs)
+
+
+def randomize_(model: torch.nn.Module, seed: int) -> torch.nn.Module:
+    """Weights of unit-scale activations, norms and biases away from 1 and 0.
+
+    transformers' default init (std 0.02, norms = 1, biases = 0) gives logits so
+    small that a wrong norm, bias or rotation could hide under a 1e-4 tolerance.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            noise = torch.randn(param.shape, generator=generator)
+            if name.endswith("norm.weight"):
+                param.copy_(1.0 + 0.2 * noise)
+            elif name.endswith("bias"):
+                param.copy_(0.2 * noise)
+            else:
+                param.copy_(noise / math.sqrt(param.shape[-1]))
+    return model
+
+
+def build(family: str, out_dir: Path, seed: int = 0, **overrides):
+    """Saves a randomized tiny model to out_dir and returns the eager PyTorch model."""
+    _, model_cls = FAMILIES[family]
+    torch.manual_seed(seed)
+    model = model_cls(tiny_config(family, **overrides)).eval()
+    randomize_(model, seed)
+    model.save_pretrained(out_dir)
+    model.config._attn_implementation = "eager"
+    return model
+
+
+def left_padded_batch(lengths: list[int], vocab: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Token ids and attention mask [batch, max(lengths)] with each row left-padded (pad id 0)."""
+    rng = np.random.RandomState(seed)
+    width = max(lengths)
+    ids = np.zeros((len(lengths), width), np.int32)
+    mask = np.zeros((len(lengths), width), np.int32)
+    for row, length in enumerate(lengths):
+        ids[row, width - length:] = rng.randint(1, vocab, length)
+        mask[row, width - length:] = 1
+    return ids, mask
+
+
+def reference_logits(model, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """PyTorch logits with the same position ids our decoder derives from the mask."""
+    mask_t = torch.tensor(mask, dtype=torch.long)
+    positions = (mask_t.cumsum(-1) - 1).clamp(min=0) * mask_t
+    with torch.no_grad():
+        out = model(input_ids=torch.tensor(ids, dtype=torch.long), attention_mask=mask_t, position_ids=positions)
+    return out.logits.float().numpy()
