@@ -1,0 +1,38 @@
+"""Converted model/tokenizer directories shared by tests/models, built once per session."""
+
+import os
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+
+import pytest  # noqa: E402
+
+from rlanything_jax.models.gguf_io import ensure_smollm2_hf_dir  # noqa: E402
+from rlanything_jax.models.qwen_tokenizer_io import convert_qwen_tokenizer  # noqa: E402
+from rlanything_jax.models.tokenizer import Tokenizer  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def qwen25_tokenizer_dir(tmp_path_factory):
+    return convert_qwen_tokenizer(tmp_path_factory.mktemp("qwen25_tokenizer"), "qwen2.5")
+
+
+@pytest.fixture(scope="session")
+def qwen3_tokenizer_dir(tmp_path_factory):
+    return convert_qwen_tokenizer(tmp_path_factory.mktemp("qwen3_tokenizer"), "qwen3")
+
+
+@pytest.fixture(scope="session")
+def qwen25_tokenizer(qwen25_tokenizer_dir):
+    """The wrapper over the converted Qwen2.5 tokenizer (loading takes ~1.5 s)."""
+    return Tokenizer.from_dir(qwen25_tokenizer_dir)
+
+
+@pytest.fixture(scope="session")
+def qwen3_tokenizer(qwen3_tokenizer_dir):
+    return Tokenizer.from_dir(qwen3_tokenizer_dir)
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir(tmp_path_factory):
+    """Converted into a fresh cache root, so the test checks today's converter."""
+    return ensure_smollm2_hf_dir(tmp_path_factory.mktemp("rlanything_cache"))
