@@ -10,8 +10,7 @@ VARIANTS = ("paper", "cpu", "tpu_v5e_64")
 
 
 def get_config(variant: str = "paper"):
-    if variant not in VARIANTS:
-        raise ValueError(f"configs/alfworld.py has no variant {variant!r} (variants: {', '.join(VARIANTS)})")
+    common.check_variant("configs/alfworld.py", variant, VARIANTS)
     cfg = common.base_config("alfworld")
     if variant in ("paper", "tpu_v5e_64"):
         cfg.model.policy.path = "checkpoints/Qwen2.5-7B-Instruct"
@@ -20,8 +19,7 @@ def get_config(variant: str = "paper"):
     if variant == "tpu_v5e_64":
         cfg.mesh.shape = {"data": 4, "fsdp": 4, "tensor": 4}
     if variant == "cpu":
-        for role in ("policy", "reward", "environment"):
-            cfg.model[role].update(dtype="float32", compute_dtype="float32")
+        common.use_float32_models(cfg)
         cfg.loop.update(total_steps=10, save_every=5, eval_every=5)
         cfg.rollout.update(tasks_per_step=2, group_size=4, max_turns=8, max_new_tokens=96)
         cfg.reward.max_new_tokens = 96

@@ -10,8 +10,7 @@ VARIANTS = ("paper", "cpu")
 
 
 def get_config(variant: str = "paper"):
-    if variant not in VARIANTS:
-        raise ValueError(f"configs/coding.py has no variant {variant!r} (variants: {', '.join(VARIANTS)})")
+    common.check_variant("configs/coding.py", variant, VARIANTS)
     cfg = common.base_config("coding")
     cfg.loop.update(total_steps=300, save_every=30, eval_every=10)
     cfg.rollout.update(tasks_per_step=64, group_size=32, max_turns=1, temperature=1.0, top_p=1.0,
@@ -26,8 +25,7 @@ def get_config(variant: str = "paper"):
         cfg.model.reward.path = "checkpoints/Qwen2.5-7B-Instruct"
         cfg.model.environment.path = "checkpoints/Qwen3-8B"
     else:
-        for role in ("policy", "reward", "environment"):
-            cfg.model[role].update(dtype="float32", compute_dtype="float32")
+        common.use_float32_models(cfg)
         cfg.loop.update(total_steps=4, save_every=2, eval_every=2)
         cfg.rollout.update(tasks_per_step=2, group_size=4, max_new_tokens=128)
         cfg.reward.update(num_judgments=4, max_new_tokens=128)

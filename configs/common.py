@@ -24,6 +24,17 @@ def model_config(path: str, dtype: str = "bfloat16") -> ml_collections.ConfigDic
     })
 
 
+def check_variant(config_file: str, variant: str, variants: tuple[str, ...]) -> None:
+    if variant not in variants:
+        raise ValueError(f"{config_file} has no variant {variant!r} (variants: {', '.join(variants)})")
+
+
+def use_float32_models(cfg: ml_collections.ConfigDict) -> None:
+    """CPUs have no fast bfloat16 matmuls: small runs keep every model in float32."""
+    for role in ("policy", "reward", "environment"):
+        cfg.model[role].update(dtype="float32", compute_dtype="float32")
+
+
 def base_config(scenario: str) -> ml_collections.ConfigDict:
     cfg = ml_collections.ConfigDict()
     cfg.scenario = scenario

@@ -7,12 +7,9 @@ from configs import common
 
 
 def get_config(variant: str = "cpu"):
-    if variant not in ("cpu",):
-        raise ValueError(f"configs/default.py has no variant {variant!r} (variants: cpu)")
+    common.check_variant("configs/default.py", variant, ("cpu",))
     cfg = common.base_config("default")
-    for role in ("policy", "reward", "environment"):
-        cfg.model[role].dtype = "float32"
-        cfg.model[role].compute_dtype = "float32"
+    common.use_float32_models(cfg)
     cfg.loop.update(total_steps=4, save_every=2, eval_every=2)
     cfg.rollout.update(tasks_per_step=2, group_size=4, max_turns=6, max_new_tokens=64, max_prompt_tokens=1024)
     cfg.reward.max_new_tokens = 64

@@ -9,8 +9,7 @@ VARIANTS = ("paper", "cpu")
 
 
 def get_config(variant: str = "paper"):
-    if variant not in VARIANTS:
-        raise ValueError(f"configs/osworld.py has no variant {variant!r} (variants: {', '.join(VARIANTS)})")
+    common.check_variant("configs/osworld.py", variant, VARIANTS)
     cfg = common.base_config("osworld")
     cfg.loop.update(total_steps=400, save_every=20, eval_every=20)
     cfg.rollout.update(tasks_per_step=12, group_size=8, max_turns=30, temperature=1.0, top_p=0.9,
@@ -26,8 +25,7 @@ def get_config(variant: str = "paper"):
         cfg.model.reward.path = "checkpoints/Qwen3-VL-8B-Thinking"
         cfg.model.environment.path = "checkpoints/Qwen3-8B"
     else:
-        for role in ("policy", "reward", "environment"):
-            cfg.model[role].update(dtype="float32", compute_dtype="float32")
+        common.use_float32_models(cfg)
         cfg.loop.update(total_steps=4, save_every=2, eval_every=2)
         cfg.rollout.update(tasks_per_step=1, group_size=2, max_turns=4, max_new_tokens=96,
                            max_prompt_tokens=2048)
