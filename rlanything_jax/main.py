@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 import time
 
-from absl import app
+from absl import app, flags, logging
 from ml_collections import config_flags
 
 from rlanything_jax.config import DEFAULT_CONFIG, ConfigError, validate
@@ -53,6 +53,8 @@ def main(argv: list[str]) -> int:
     if len(argv) > 1:
         print(f"error: unexpected arguments {argv[1:]}", file=sys.stderr)
         return 2
+    if not flags.FLAGS["verbosity"].present:
+        logging.set_verbosity(logging.WARNING)  # keeps JAX's backend probing out of the output
     cfg = _CONFIG.value
     try:
         validate(cfg)
