@@ -7,7 +7,7 @@ table in the config, so the model itself never names a mesh axis.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -16,6 +16,12 @@ from flax import nnx
 from rlanything_jax.models.attention import causal_padding_mask, grouped_query_attention
 from rlanything_jax.models.model_config import DecoderConfig
 from rlanything_jax.models.rope import apply_rope, inverse_frequencies, rope_cos_sin
+
+
+# attend(layer_index, q, k, v, carry) -> (attention output [B, T, heads, head_dim], carry).
+# The full forward attends over the new keys only; the sampler's version writes them to
+# its KV cache (the carry) and attends over the live part of the cache.
+AttendFn = Callable[[int, jax.Array, jax.Array, jax.Array, Any], tuple[jax.Array, Any]]
 
 
 def _init(rngs: nnx.Rngs, shape: Sequence[int], dtype, fan_in: int) -> jax.Array:
@@ -82,9 +88,11 @@ class Attention(nnx.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
 
-    def __call__(self, x: jax.Array, cos: jax.Array, sin: jax.Array, mask: jax.Array) -> jax.Array:
+    def __call__(self, x: jax.Array, cos: jax.Array, sin: jax.Array, layer_index: int, attend: AttendFn,
+                 carry: Any) -> tuple[jax.Array, Any]:
         q, k, v = self.project_qkv(x, cos, sin)
-        return self.o_proj(grouped_query_attention(q, k, v, mask))
+        out, carry = attend(layer_index, q, k, v, carry)
+        return self.o_proj(out), carry
 
 
 class MLP(nnx.Module):
@@ -109,9 +117,11 @@ class DecoderLayer(nnx.Module):
         self.post_attention_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, **norms)
         self.mlp = MLP(cfg, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
 
-    def __call__(self, x: jax.Array, cos: jax.Array, sin: jax.Array, mask: jax.Array) -> jax.Array:
-        x = x + self.attn(self.input_norm(x), cos, sin, mask)
-        return x + self.mlp(self.post_attention_norm(x))
+    def __call__(self, x: jax.Array, cos: jax.Array, sin: jax.Array, layer_index: int, attend: AttendFn,
+                 carry: Any) -> tuple[jax.Array, Any]:
+        attn_out, carry = self.attn(self.input_norm(x), cos, sin, layer_index, attend, carry)
+        x = x + attn_out
+        return x + self.mlp(self.post_attention_norm(x)), carry
 
 
 class Decoder(nnx.Module):
@@ -150,12 +160,22 @@ class Decoder(nnx.Module):
             attention_mask = jnp.ones(input_ids.shape, jnp.int32)
         if positions is None:
             positions = positions_from_mask(attention_mask)
-        cos, sin = self.rope(positions)
         mask = causal_padding_mask(attention_mask)
+
+        def attend(layer_index, q, k, v, carry):
+            return grouped_query_attention(q, k, v, mask), carry
+
+        hidden, _ = self.run_layers(input_ids, positions, attend, None)
+        return hidden
+
+    def run_layers(self, input_ids: jax.Array, positions: jax.Array, attend: AttendFn,
+                   carry: Any) -> tuple[jax.Array, Any]:
+        """Embeds, runs every layer with `attend` threading `carry`, and applies the final norm."""
+        cos, sin = self.rope(positions)
         x = self.embed_tokens(input_ids)
-        for layer in self.layers:
-            x = layer(x, cos, sin, mask)
-        return self.final_norm(x)
+        for index, layer in enumerate(self.layers):
+            x, carry = layer(x, cos, sin, index, attend, carry)
+        return self.final_norm(x), carry
 
     def logits(self, hidden: jax.Array) -> jax.Array:
         if self.lm_head is None:
