@@ -29,6 +29,7 @@ DEFAULT_LOGICAL_AXIS_RULES: tuple[tuple[str, Any], ...] = (
     ("head_dim", None),
     ("norm", None),
     ("length", None),
+    ("layers", None),
 )
 
 Rules = Sequence[tuple[str, Any]]

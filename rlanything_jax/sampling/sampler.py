@@ -1,0 +1,239 @@
+"""Host API of the KV-cache sampler: token ids or text in; text, tokens and log-probabilities out.
+
+Shapes are bucketed (batch, prompt length, cache length, output buffer) so a run
+compiles a handful of programs; `Sampler.compilations` counts them. Every program
+is `jax.jit` with explicit shardings over the sampler's mesh (batch over the data
+axes, cache heads over `tensor`) and donates the decode state.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from jax.sharding import Mesh
+
+from rlanything_jax import sharding as sharding_lib
+from rlanything_jax.models.decoder import Decoder
+from rlanything_jax.sampling import decode as decode_lib
+from rlanything_jax.sampling.stops import Completion, finish_rows
+from rlanything_jax.sampling.strategies import Greedy, SamplingStrategy
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplerConfig:
+    max_cache_length: int = 4096   # no conversation grows past this many cache columns
+    min_window: int = 128          # smallest attention window over the cache
+    cache_dtype: str | None = None  # default: the model's compute dtype
+    pad_token_id: int = 0
+
+
+def _bucket(n: int, minimum: int) -> int:
+    """Powers of two up to 1024, then multiples of 1024: few shapes, at most 2x padding."""
+    n = max(n, minimum)
+    if n <= 1024:
+        return 1 << (n - 1).bit_length()
+    return -(-n // 1024) * 1024
+
+
+def window_buckets(cache_length: int, min_window: int) -> tuple[int, ...]:
+    windows = []
+    w = min_window
+    while w < cache_length:
+        windows.append(w)
+        w *= 2
+    return tuple(windows) + (cache_length,)
+
+
+@dataclasses.dataclass
+class Conversation:
+    """A batch of conversations whose KV cache stays on device between turns."""
+
+    state: decode_lib.DecodeState
+    num_rows: int                 # real rows; the rest of the batch bucket is padding
+    last_decode_start: int = 0    # cache column where the last decode began
+
+    @property
+    def cache_length(self) -> int:
+        return self.state.cache.valid.shape[1]
+
+    @property
+    def used_columns(self) -> int:
+        return int(self.state.write_index)
+
+
+class Sampler:
+    """Batched generation with a KV cache for one model on one mesh."""
+
+    def __init__(self, model: Decoder, tokenizer: Any = None, mesh: Mesh | None = None,
+                 rules: sharding_lib.Rules = sharding_lib.DEFAULT_LOGICAL_AXIS_RULES,
+                 config: SamplerConfig = SamplerConfig()):
+        self.model_config = model.config
+        self.tokenizer = tokenizer
+        self.config = config
+        self.mesh = mesh if mesh is not None else sharding_lib.build_mesh({}, devices=jax.devices()[:1])
+        self.rules = rules
+        self.graphdef, params = nnx.split(model)
+        self._param_shardings = sharding_lib.state_shardings(params, self.mesh, rules)
+        self.params = jax.device_put(params, self._param_shardings)
+        self.cache_dtype = jnp.dtype(config.cache_dtype or model.dtype)
+        self.compilations: collections.Counter[str] = collections.Counter()
+        self._programs: dict[tuple, Any] = {}
+
+    # ------------------------------------------------------------------ weights
+
+    def update_params(self, params: nnx.State) -> None:
+        """Swaps in new weights of the same structure, shapes and dtypes: no recompilation."""
+        old = jax.tree.map(lambda a: (a.shape, a.dtype), self.params)
+        new = jax.tree.map(lambda a: (a.shape, a.dtype), params)
+        if jax.tree.structure(old) != jax.tree.structure(new) or old != new:
+            raise ValueError("update_params needs parameters with the sampler's structure, shapes and dtypes")
+        self.params = jax.device_put(params, self._param_shardings)
+
+    # ------------------------------------------------------------------ programs
+
+    def _state_shardings(self, state_shapes: decode_lib.DecodeState):
+        def to_sharding(axes, leaf):
+            return sharding_lib.named_sharding(self.mesh, axes, self.rules, leaf.shape)
+
+        return jax.tree.map(to_sharding, decode_lib.STATE_LOGICAL_AXES, state_shapes,
+                            is_leaf=lambda x: isinstance(x, tuple))
+
+    def _program(self, kind: str, state: decode_lib.DecodeState, **static) -> Any:
+        # Shardings depend on shapes (a mesh axis that does not divide a dim is dropped).
+        shapes = tuple(leaf.shape for leaf in jax.tree.leaves(state))
+        key = (kind, shapes, tuple(sorted(static.items())))
+        if key not in self._programs:
+            self._programs[key] = self._compile(kind, state, **static)
+        return self._programs[key]
+
+    def _compile(self, kind: str, state: decode_lib.DecodeState, **static) -> Any:
+        state_shardings = self._state_shardings(state)
+        batch_2d = sharding_lib.named_sharding(self.mesh, ("batch", "length"), self.rules, state.done.shape + (1,))
+        replicated = sharding_lib.named_sharding(self.mesh, (), self.rules)
+        counter = self.compilations
+
+        if kind == "prefill":
+            def program(params, state, tokens, valid):
+                counter["prefill"] += 1  # runs once per trace, i.e. per compilation
+                return decode_lib.prefill(params, state, tokens, valid, graphdef=self.graphdef, **static)
+            in_shardings = (self._param_shardings, state_shardings, batch_2d, batch_2d)
+        elif kind == "decode":
+            def program(params, state, max_new_tokens):
+                counter["decode"] += 1
+                return decode_lib.decode(params, state, max_new_tokens, **static)
+            in_shardings = (self._param_shardings, state_shardings, replicated)
+        elif kind == "truncate":
+            def program(state, keep, start):
+                counter["truncate"] += 1
+                return decode_lib.truncate_generation(state, keep, start)
+            batch_1d = sharding_lib.named_sharding(self.mesh, ("batch",), self.rules, state.done.shape)
+            in_shardings = (state_shardings, batch_1d, replicated)
+            return jax.jit(program, in_shardings=in_shardings, out_shardings=state_shardings, donate_argnums=(0,))
+        else:
+            raise ValueError(kind)
+        return jax.jit(program, in_shardings=in_shardings, out_shardings=state_shardings, donate_argnums=(1,))
+
+    # ------------------------------------------------------------------ conversations
+
+    def start(self, prompts: Sequence[Sequence[int]], max_new_tokens: int,
+              cache_length: int | None = None) -> Conversation:
+        """Prefills a batch of token-id prompts into a fresh cache."""
+        if not prompts or any(len(p) == 0 for p in prompts):
+            raise ValueError("every prompt needs at least one token")
+        batch = _bucket(len(prompts), 1)
+        prompt_length = _bucket(max(len(p) for p in prompts), 16)
+        needed = prompt_length + max_new_tokens
+        cache_length = cache_length or _bucket(needed, self.config.min_window)
+        if cache_length > self.config.max_cache_length or needed > cache_length:
+            raise ValueError(f"a prompt bucket of {prompt_length} tokens plus {max_new_tokens} new tokens needs "
+                             f"{needed} cache columns; cache length {cache_length}, "
+                             f"max_cache_length {self.config.max_cache_length}")
+        state = decode_lib.init_decode_state(self.model_config, batch, cache_length,
+                                             _bucket(max_new_tokens, 16), self.cache_dtype)
+        state = jax.device_put(state, self._state_shardings(state))
+        conversation = Conversation(state=state, num_rows=len(prompts))
+        self._append(conversation, prompts, prompt_length)
+        return conversation
+
+    def extend(self, conversation: Conversation, new_tokens: Sequence[Sequence[int]]) -> None:
+        """Appends each row's next tokens (e.g. the next observation); rows given [] sit the turn out."""
+        if len(new_tokens) != conversation.num_rows:
+            raise ValueError(f"extend needs one token list per row ({conversation.num_rows}), got {len(new_tokens)}")
+        length = _bucket(max(len(t) for t in new_tokens), 1)
+        if conversation.used_columns + length > conversation.cache_length:
+            raise ValueError(f"the conversation's cache is full: {conversation.used_columns} + {length} columns "
+                             f"exceed its length {conversation.cache_length}")
+        self._append(conversation, new_tokens, length)
+
+    def _append(self, conversation: Conversation, token_lists: Sequence[Sequence[int]], length: int) -> None:
+        state = conversation.state
+        batch = state.done.shape[0]
+        tokens = np.full((batch, length), self.config.pad_token_id, np.int32)
+        valid = np.zeros((batch, length), np.int32)
+        for row, ids in enumerate(token_lists):
+            if ids:
+                tokens[row, length - len(ids):] = ids
+                valid[row, length - len(ids):] = 1
+        windows = window_buckets(conversation.cache_length, self.config.min_window)
+        window = next(w for w in windows if w >= conversation.used_columns + length)
+        program = self._program("prefill", state, window=window)
+        conversation.state = program(self.params, state, tokens, valid)
+
+    def decode(self, conversation: Conversation, max_new_tokens: int, strategy: SamplingStrategy = Greedy(),
+               seed: int = 0, stop_token_ids: Sequence[int] | None = None,
+               stop_strings: Sequence[str] = ()) -> list[Completion]:
+        """Generates for every row that has pending input; returns one Completion per real row."""
+        state = conversation.state
+        if max_new_tokens > state.tokens.shape[1]:
+            size = _bucket(max_new_tokens, 16)
+            state = state.replace(tokens=jnp.zeros((state.done.shape[0], size), jnp.int32),
+                                  logprobs=jnp.zeros((state.done.shape[0], size), jnp.float32))
+            state = jax.device_put(state, self._state_shardings(state))
+        if stop_token_ids is None:
+            stop_token_ids = self.tokenizer.stop_token_ids if self.tokenizer is not None else ()
+        spec = decode_lib.DecodeSpec(
+            graphdef=self.graphdef, strategy=strategy, stop_token_ids=tuple(int(t) for t in stop_token_ids),
+            window_buckets=window_buckets(conversation.cache_length, self.config.min_window),
+            pad_token_id=self.config.pad_token_id)
+        state = state.replace(rng=jax.random.key_data(jax.random.key(seed)))
+        conversation.last_decode_start = conversation.used_columns
+        program = self._program("decode", state, spec=spec)
+        conversation.state = program(self.params, state, jnp.asarray(max_new_tokens, jnp.int32))
+        completions, keep = finish_rows(conversation.state, conversation.num_rows, self.tokenizer,
+                                        stop_token_ids, stop_strings, max_new_tokens)
+        if keep is not None:
+            self._truncate(conversation, keep)
+        return completions
+
+    def _truncate(self, conversation: Conversation, keep: np.ndarray) -> None:
+        state = conversation.state
+        padded = np.zeros(state.done.shape[0], np.int32)
+        padded[:len(keep)] = keep
+        program = self._program("truncate", state)
+        conversation.state = program(state, padded, jnp.asarray(conversation.last_decode_start, jnp.int32))
+
+    # ------------------------------------------------------------------ one-shot
+
+    def generate(self, prompts: Sequence[str] | Sequence[Sequence[int]], max_new_tokens: int,
+                 strategy: SamplingStrategy = Greedy(), seed: int = 0, chat: bool = False,
+                 stop_strings: Sequence[str] = (), stop_token_ids: Sequence[int] | None = None) -> list[Completion]:
+        """Prompts (text, chat messages' user text with chat=True, or token ids) -> completions."""
+        token_lists = [self._encode(p, chat) for p in prompts]
+        conversation = self.start(token_lists, max_new_tokens)
+        return self.decode(conversation, max_new_tokens, strategy, seed, stop_token_ids, stop_strings)
+
+    def _encode(self, prompt: str | Sequence[int], chat: bool) -> list[int]:
+        if not isinstance(prompt, str):
+            return [int(t) for t in prompt]
+        if self.tokenizer is None:
+            raise ValueError("text prompts need a tokenizer")
+        if chat:
+            return self.tokenizer.encode_chat([{"role": "user", "content": prompt}])
+        return self.tokenizer.encode(prompt)
+

@@ -1,0 +1,70 @@
+"""Token selection strategies: small frozen objects, hashable so they can be jit statics.
+
+A strategy maps float32 logits [batch, vocab] and a PRNG key to token ids [batch].
+Anything with that `next_tokens` method and value semantics (a frozen dataclass)
+plugs into the sampler.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Protocol
+
+import jax
+import jax.numpy as jnp
+
+_NEG_INF = -jnp.inf
+
+
+class SamplingStrategy(Protocol):
+    def next_tokens(self, logits: jax.Array, key: jax.Array) -> jax.Array: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class Greedy:
+    """The most likely token (ties go to the lowest id, as in transformers)."""
+
+    def next_tokens(self, logits: jax.Array, key: jax.Array) -> jax.Array:
+        del key
+        return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+
+
+@dataclasses.dataclass(frozen=True)
+class Sampling:
+    """Sampling at `temperature`, optionally truncated to the `top_k` most likely tokens
+    and/or to the nucleus: the smallest set of most likely tokens whose probability
+    (after temperature and top-k) reaches `top_p`."""
+
+    temperature: float = 1.0
+    top_k: int = 0      # 0 = no top-k truncation
+    top_p: float = 1.0  # 1.0 = no nucleus truncation
+
+    def __post_init__(self):
+        if not self.temperature > 0:
+            raise ValueError(f"temperature must be > 0 for sampling (use Greedy for 0), got {self.temperature}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0, got {self.top_k}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+
+    def next_tokens(self, logits: jax.Array, key: jax.Array) -> jax.Array:
+        logits = logits.astype(jnp.float32) / self.temperature
+        vocab = logits.shape[-1]
+        if self.top_k == 0 and self.top_p >= 1.0:
+            return jax.random.categorical(key, logits, axis=-1).astype(jnp.int32)
+        # Candidates sorted by decreasing logit: the top k, or the whole vocabulary for top-p alone.
+        k = min(self.top_k, vocab) if self.top_k else vocab
+        top_logits, top_ids = jax.lax.top_k(logits, k)
+        if self.top_p < 1.0:
+            probs = jax.nn.softmax(top_logits, axis=-1)
+            mass_before = jnp.cumsum(probs, axis=-1) - probs
+            top_logits = jnp.where(mass_before < self.top_p, top_logits, _NEG_INF)
+        choice = jax.random.categorical(key, top_logits, axis=-1)
+        return jnp.take_along_axis(top_ids, choice[:, None], axis=-1)[:, 0].astype(jnp.int32)
+
+
+def make_strategy(temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0) -> SamplingStrategy:
+    """Greedy at temperature 0, sampling otherwise."""
+    if temperature == 0:
+        return Greedy()
+    return Sampling(temperature=float(temperature), top_k=int(top_k), top_p=float(top_p))
