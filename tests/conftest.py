@@ -1,4 +1,4 @@
-"""Suite-wide settings: offline hub, 8 fake CPU devices, float32 matmuls on CPU."""
+"""Suite-wide settings (offline hub, 8 fake CPU devices) and session-wide converted models/tokenizers."""
 
 import os
 
@@ -7,3 +7,36 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import pytest  # noqa: E402
+
+from rlanything_jax.models.gguf_io import ensure_smollm2_hf_dir  # noqa: E402
+from rlanything_jax.models.qwen_tokenizer_io import convert_qwen_tokenizer  # noqa: E402
+from rlanything_jax.models.tokenizer import Tokenizer  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def qwen25_tokenizer_dir(tmp_path_factory):
+    return convert_qwen_tokenizer(tmp_path_factory.mktemp("qwen25_tokenizer"), "qwen2.5")
+
+
+@pytest.fixture(scope="session")
+def qwen3_tokenizer_dir(tmp_path_factory):
+    return convert_qwen_tokenizer(tmp_path_factory.mktemp("qwen3_tokenizer"), "qwen3")
+
+
+@pytest.fixture(scope="session")
+def qwen25_tokenizer(qwen25_tokenizer_dir):
+    """The wrapper over the converted Qwen2.5 tokenizer (loading takes ~1.5 s)."""
+    return Tokenizer.from_dir(qwen25_tokenizer_dir)
+
+
+@pytest.fixture(scope="session")
+def qwen3_tokenizer(qwen3_tokenizer_dir):
+    return Tokenizer.from_dir(qwen3_tokenizer_dir)
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir(tmp_path_factory):
+    """Converted into a fresh cache root, so the test checks today's converter."""
+    return ensure_smollm2_hf_dir(tmp_path_factory.mktemp("rlanything_cache"))

@@ -7,9 +7,10 @@ conversation can be continued by appending its next tokens (`prefill` again) wit
 no re-reading of the history.
 
 Attention reads only a window of the cache: the smallest of `window_buckets`
-covering the written columns. Prefill knows its window statically; the decode
-loop picks the window per step with `lax.switch`, so decode time follows the live
-length, not the allocated cache size.
+covering the written columns. Prefill knows its window statically; decode runs
+one while_loop per window bucket, each with a static window, moving to the next
+when the live length outgrows it. Decode time follows the live length, not the
+allocated cache size.
 """
 
 from __future__ import annotations
@@ -76,35 +77,34 @@ def init_decode_state(cfg: DecoderConfig, batch: int, cache_length: int, max_new
     )
 
 
-def _window_attention(q: jax.Array, layer_k: jax.Array, layer_v: jax.Array, valid: jax.Array,
+def _window_attention(q: jax.Array, cache_k: jax.Array, cache_v: jax.Array, layer: int, valid: jax.Array,
                       query_columns: jax.Array, window: int) -> jax.Array:
-    """Attention of q [B, T, H, D] over the first `window` cache columns of one layer."""
+    """Attention of q [B, T, H, D] over the first `window` cache columns of one layer.
+
+    The static slice reads only the window: no copy of the whole cache.
+    """
     columns = jnp.arange(window)
     mask = valid[:, None, :window] & (columns[None, None, :] <= query_columns[None, :, None])
-    return grouped_query_attention(q, layer_k[:, :window], layer_v[:, :window], mask)
+    keys = cache_k[layer, :, :window].astype(q.dtype)
+    values = cache_v[layer, :, :window].astype(q.dtype)
+    return grouped_query_attention(q, keys, values, mask)
 
 
 def _forward_with_cache(model: Decoder, cache: KVCache, write_index: jax.Array, tokens: jax.Array,
-                        token_valid: jax.Array, positions: jax.Array,
-                        windows: Sequence[int], window_index: jax.Array | None) -> tuple[jax.Array, KVCache]:
+                        token_valid: jax.Array, positions: jax.Array, window: int) -> tuple[jax.Array, KVCache]:
     """Writes tokens [B, T] at columns write_index.. and returns their final hidden states.
 
-    With one window, attention uses it; with several, `window_index` picks one at run time.
+    Attention reads the first `window` (static) columns, which must cover write_index + T.
     """
     valid = jax.lax.dynamic_update_slice(cache.valid, token_valid, (0, write_index))
     query_columns = write_index + jnp.arange(tokens.shape[1])
-    branches = [functools.partial(_window_attention, window=w) for w in windows]
 
     def attend(layer, q, k, v, kv):
         cache_k, cache_v = kv
         start = (layer, 0, write_index, 0, 0)
         cache_k = jax.lax.dynamic_update_slice(cache_k, k[None].astype(cache_k.dtype), start)
         cache_v = jax.lax.dynamic_update_slice(cache_v, v[None].astype(cache_v.dtype), start)
-        operands = (q, cache_k[layer].astype(q.dtype), cache_v[layer].astype(q.dtype), valid, query_columns)
-        if len(branches) == 1:
-            out = branches[0](*operands)
-        else:
-            out = jax.lax.switch(window_index, branches, *operands)
+        out = _window_attention(q, cache_k, cache_v, layer, valid, query_columns, window)
         return out, (cache_k, cache_v)
 
     hidden, (new_k, new_v) = model.run_layers(tokens, positions, attend, (cache.k, cache.v))
@@ -125,7 +125,7 @@ def prefill(params: nnx.State, state: DecodeState, tokens: jax.Array, token_vali
     positions = state.positions[:, None] + jnp.cumsum(steps, axis=1) - 1
     positions = jnp.where(token_valid, positions, 0)
     hidden, cache = _forward_with_cache(model, state.cache, state.write_index, tokens, token_valid,
-                                        positions, (window,), None)
+                                        positions, window)
     has_tokens = token_valid.any(axis=1)
     return state.replace(
         cache=cache,
@@ -149,23 +149,19 @@ class DecodeSpec:
 
 
 def decode(params: nnx.State, state: DecodeState, max_new_tokens: jax.Array, *, spec: DecodeSpec) -> DecodeState:
-    """Samples up to `max_new_tokens` (a traced scalar, at most the token buffer) in one while_loop.
+    """Samples up to `max_new_tokens` (a traced scalar, at most the token buffer).
 
     Stops when every row is done, the budget is spent, or the cache is full. Each
     sampled token is written to the cache right away (stop tokens too), so the state
-    is ready for a continuation.
+    is ready for a continuation. The loop runs once per window bucket, each pass
+    attending over its own static window while the live length fits in it, so a
+    step's cost follows the live length and not the allocated cache.
     """
     model = nnx.merge(spec.graphdef, params)
-    cache_length = state.cache.valid.shape[1]
     budget = jnp.minimum(max_new_tokens, state.tokens.shape[1])
-    buckets = jnp.asarray(spec.window_buckets, jnp.int32)
     stop_ids = jnp.asarray(spec.stop_token_ids or (-1,), jnp.int32)
 
-    def keep_going(carry):
-        state, step = carry
-        return (step < budget) & ~jnp.all(state.done) & (state.write_index < cache_length)
-
-    def one_token(carry):
+    def one_token(carry, window):
         state, step = carry
         rng, key = jax.random.split(jax.random.wrap_key_data(state.rng))
         active = ~state.done
@@ -174,9 +170,8 @@ def decode(params: nnx.State, state: DecodeState, max_new_tokens: jax.Array, *, 
         logprob = jnp.take_along_axis(jax.nn.log_softmax(state.logits, axis=-1), token[:, None], axis=-1)[:, 0]
         num_generated = state.num_generated + active
         done = state.done | (active & jnp.isin(token, stop_ids)) | (num_generated >= budget)
-        window_index = jnp.sum(buckets < state.write_index + 1)
         hidden, cache = _forward_with_cache(model, state.cache, state.write_index, token[:, None], active[:, None],
-                                            state.positions[:, None], spec.window_buckets, window_index)
+                                            state.positions[:, None], window)
         new_state = state.replace(
             cache=cache,
             write_index=state.write_index + 1,
@@ -191,8 +186,16 @@ def decode(params: nnx.State, state: DecodeState, max_new_tokens: jax.Array, *, 
         )
         return new_state, step + 1
 
-    state, _ = jax.lax.while_loop(keep_going, one_token, (state, jnp.zeros((), jnp.int32)))
-    return state
+    def keep_going(carry, window):
+        state, step = carry
+        # The next token goes to column write_index, which the window must hold.
+        return (step < budget) & ~jnp.all(state.done) & (state.write_index < window)
+
+    carry = (state, jnp.zeros((), jnp.int32))
+    for window in spec.window_buckets:  # ends with the cache length
+        carry = jax.lax.while_loop(functools.partial(keep_going, window=window),
+                                   functools.partial(one_token, window=window), carry)
+    return carry[0]
 
 
 def truncate_generation(state: DecodeState, keep: jax.Array, start_column: jax.Array) -> DecodeState:
