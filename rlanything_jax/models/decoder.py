@@ -42,11 +42,15 @@ class Projection(nnx.Module):
         self.num_in_dims = len(in_shape)
         self.dtype = dtype
 
-    def __call__(self, x: jax.Array) -> jax.Array:
-        y = jnp.tensordot(x.astype(self.dtype), self.kernel[...].astype(self.dtype), axes=self.num_in_dims)
+    def __call__(self, x: jax.Array, out_dtype=None) -> jax.Array:
+        n = self.num_in_dims
+        contract = (tuple(range(x.ndim - n, x.ndim)), tuple(range(n)))
+        # float32 accumulation: exact for float32, and CPUs' fast bfloat16 kernels need it.
+        y = jax.lax.dot_general(x.astype(self.dtype), self.kernel[...].astype(self.dtype), (contract, ((), ())),
+                                preferred_element_type=jnp.float32)
         if self.bias is not None:
-            y = y + self.bias[...].astype(self.dtype)
-        return y
+            y = y + self.bias[...].astype(jnp.float32)
+        return y.astype(out_dtype or self.dtype)
 
 
 class RMSNorm(nnx.Module):
@@ -179,9 +183,10 @@ class Decoder(nnx.Module):
 
     def logits(self, hidden: jax.Array) -> jax.Array:
         if self.lm_head is None:
-            out = jnp.einsum("bte,ve->btv", hidden, self.embed[...].astype(self.dtype))
+            out = jnp.einsum("bte,ve->btv", hidden, self.embed[...].astype(self.dtype),
+                             preferred_element_type=jnp.float32)
         else:
-            out = self.lm_head(hidden)
+            out = self.lm_head(hidden, out_dtype=jnp.float32)
         return out.astype(jnp.float32)
 
     def __call__(self, input_ids: jax.Array, attention_mask: jax.Array | None = None,

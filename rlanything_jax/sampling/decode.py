@@ -31,8 +31,10 @@ from rlanything_jax.sampling.strategies import SamplingStrategy
 
 @struct.dataclass
 class KVCache:
-    k: jax.Array      # [layers, batch, length, kv_heads, head_dim]
-    v: jax.Array      # [layers, batch, length, kv_heads, head_dim]
+    # One [batch, length, kv_heads, head_dim] array per layer: a layer's in-place update
+    # then never touches (or makes XLA copy) the other layers' buffers.
+    k: tuple[jax.Array, ...]
+    v: tuple[jax.Array, ...]
     valid: jax.Array  # [batch, length] bool: the column holds a real token of that row
 
 
@@ -49,22 +51,26 @@ class DecodeState:
     rng: jax.Array            # PRNG key for sampling
 
 
-# Logical axes of each DecodeState leaf, for `sharding.logical_to_spec`.
-STATE_LOGICAL_AXES = DecodeState(
-    cache=KVCache(k=("layers", "batch", "length", "kv_heads", "head_dim"),
-                  v=("layers", "batch", "length", "kv_heads", "head_dim"),
-                  valid=("batch", "length")),
-    write_index=(), positions=("batch",), logits=("batch", "vocab"), done=("batch",),
-    tokens=("batch", "length"), logprobs=("batch", "length"), num_generated=("batch",), rng=(None,),
-)
+CACHE_AXES = ("batch", "length", "kv_heads", "head_dim")
+
+
+def state_logical_axes(num_layers: int) -> DecodeState:
+    """Logical axes of each DecodeState leaf, for `sharding.logical_to_spec`."""
+    return DecodeState(
+        cache=KVCache(k=(CACHE_AXES,) * num_layers, v=(CACHE_AXES,) * num_layers, valid=("batch", "length")),
+        write_index=(), positions=("batch",), logits=("batch", "vocab"), done=("batch",),
+        tokens=("batch", "length"), logprobs=("batch", "length"), num_generated=("batch",), rng=(None,),
+    )
 
 
 def init_decode_state(cfg: DecoderConfig, batch: int, cache_length: int, max_new_tokens: int,
                       cache_dtype: Any = jnp.float32, seed: int = 0) -> DecodeState:
     """An empty state: no tokens written, every row done until a prefill gives it tokens."""
-    cache_shape = (cfg.num_layers, batch, cache_length, cfg.num_kv_heads, cfg.head_dim)
+    cache_shape = (batch, cache_length, cfg.num_kv_heads, cfg.head_dim)
+    layers = range(cfg.num_layers)
     return DecodeState(
-        cache=KVCache(k=jnp.zeros(cache_shape, cache_dtype), v=jnp.zeros(cache_shape, cache_dtype),
+        cache=KVCache(k=tuple(jnp.zeros(cache_shape, cache_dtype) for _ in layers),
+                      v=tuple(jnp.zeros(cache_shape, cache_dtype) for _ in layers),
                       valid=jnp.zeros((batch, cache_length), jnp.bool_)),
         write_index=jnp.zeros((), jnp.int32),
         positions=jnp.zeros((batch,), jnp.int32),
@@ -77,16 +83,16 @@ def init_decode_state(cfg: DecoderConfig, batch: int, cache_length: int, max_new
     )
 
 
-def _window_attention(q: jax.Array, cache_k: jax.Array, cache_v: jax.Array, layer: int, valid: jax.Array,
+def _window_attention(q: jax.Array, layer_k: jax.Array, layer_v: jax.Array, valid: jax.Array,
                       query_columns: jax.Array, window: int) -> jax.Array:
-    """Attention of q [B, T, H, D] over the first `window` cache columns of one layer.
+    """Attention of q [B, T, H, D] over the first `window` columns of one layer's cache.
 
-    The static slice reads only the window: no copy of the whole cache.
+    The static slice reads only the window, not the whole allocated cache.
     """
     columns = jnp.arange(window)
     mask = valid[:, None, :window] & (columns[None, None, :] <= query_columns[None, :, None])
-    keys = cache_k[layer, :, :window].astype(q.dtype)
-    values = cache_v[layer, :, :window].astype(q.dtype)
+    keys = layer_k[:, :window].astype(q.dtype)
+    values = layer_v[:, :window].astype(q.dtype)
     return grouped_query_attention(q, keys, values, mask)
 
 
@@ -94,18 +100,18 @@ def _forward_with_cache(model: Decoder, cache: KVCache, write_index: jax.Array, 
                         token_valid: jax.Array, positions: jax.Array, window: int) -> tuple[jax.Array, KVCache]:
     """Writes tokens [B, T] at columns write_index.. and returns their final hidden states.
 
-    Attention reads the first `window` (static) columns, which must cover write_index + T.
+    Attention reads the first `window` (static) cache columns, which must cover write_index + T.
     """
     valid = jax.lax.dynamic_update_slice(cache.valid, token_valid, (0, write_index))
     query_columns = write_index + jnp.arange(tokens.shape[1])
+    start = (0, write_index, 0, 0)
 
     def attend(layer, q, k, v, kv):
-        cache_k, cache_v = kv
-        start = (layer, 0, write_index, 0, 0)
-        cache_k = jax.lax.dynamic_update_slice(cache_k, k[None].astype(cache_k.dtype), start)
-        cache_v = jax.lax.dynamic_update_slice(cache_v, v[None].astype(cache_v.dtype), start)
-        out = _window_attention(q, cache_k, cache_v, layer, valid, query_columns, window)
-        return out, (cache_k, cache_v)
+        keys, values = kv
+        layer_k = jax.lax.dynamic_update_slice(keys[layer], k.astype(keys[layer].dtype), start)
+        layer_v = jax.lax.dynamic_update_slice(values[layer], v.astype(values[layer].dtype), start)
+        out = _window_attention(q, layer_k, layer_v, valid, query_columns, window)
+        return out, (keys[:layer] + (layer_k,) + keys[layer + 1:], values[:layer] + (layer_v,) + values[layer + 1:])
 
     hidden, (new_k, new_v) = model.run_layers(tokens, positions, attend, (cache.k, cache.v))
     return hidden, KVCache(k=new_k, v=new_v, valid=valid)

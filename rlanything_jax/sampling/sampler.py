@@ -50,6 +50,11 @@ def window_buckets(cache_length: int, min_window: int) -> tuple[int, ...]:
     return tuple(windows) + (cache_length,)
 
 
+def _is_axes(node: Any) -> bool:
+    """A tuple of logical axis names (a leaf of `state_logical_axes`)."""
+    return isinstance(node, tuple) and all(a is None or isinstance(a, str) for a in node)
+
+
 @dataclasses.dataclass
 class Conversation:
     """A batch of conversations whose KV cache stays on device between turns."""
@@ -101,8 +106,8 @@ class Sampler:
         def to_sharding(axes, leaf):
             return sharding_lib.named_sharding(self.mesh, axes, self.rules, leaf.shape)
 
-        return jax.tree.map(to_sharding, decode_lib.STATE_LOGICAL_AXES, state_shapes,
-                            is_leaf=lambda x: isinstance(x, tuple))
+        return jax.tree.map(to_sharding, decode_lib.state_logical_axes(self.model_config.num_layers), state_shapes,
+                            is_leaf=_is_axes)
 
     def _program(self, kind: str, state: decode_lib.DecodeState, **static) -> Any:
         # Shardings depend on shapes (a mesh axis that does not divide a dim is dropped).

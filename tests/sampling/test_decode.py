@@ -135,7 +135,7 @@ def test_same_greedy_output_on_a_sharded_mesh(tiny):
     sharded_model = load_pretrained(path, mesh=mesh)
     sampler = Sampler(sharded_model, mesh=mesh)
     conversation = sampler.start(PROMPTS, max_new_tokens=16)
-    assert conversation.state.cache.k.sharding.mesh == mesh
+    assert conversation.state.cache.k[0].sharding.mesh == mesh
     completions = sampler.decode(conversation, 16, stop_token_ids=[])
     assert [c.token_ids for c in completions] == [c.token_ids for c in single]
     np.testing.assert_allclose([c.logprobs for c in completions], [c.logprobs for c in single], atol=1e-5)
