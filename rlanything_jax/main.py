@@ -32,7 +32,7 @@ def run_demo(cfg) -> str:
     from rlanything_jax.models import load_pretrained
     from rlanything_jax.models.registry import resolve_model_dir
     from rlanything_jax.models.tokenizer import Tokenizer
-    from rlanything_jax.sampling.full_forward import greedy_generate
+    from rlanything_jax.sampling.sampler import Sampler
 
     model_dir = resolve_model_dir(cfg.model.policy.path)
     mesh = sharding.build_mesh(dict(cfg.mesh.shape))
@@ -42,11 +42,12 @@ def run_demo(cfg) -> str:
                             rules=cfg.sharding.logical_axis_rules, compute_dtype=cfg.model.policy.compute_dtype)
     tokenizer = Tokenizer.from_dir(model_dir)
     _log(f"loaded in {time.perf_counter() - start:.1f}s; generating {cfg.demo.max_new_tokens} tokens")
-    prompt_ids = tokenizer.encode_chat([{"role": "user", "content": cfg.demo.prompt}])
+    sampler = Sampler(model, tokenizer, mesh=mesh, rules=cfg.sharding.logical_axis_rules)
     start = time.perf_counter()
-    [completion] = greedy_generate(model, [prompt_ids], cfg.demo.max_new_tokens, tokenizer.stop_token_ids)
-    _log(f"generated {len(completion)} tokens in {time.perf_counter() - start:.1f}s")
-    return tokenizer.decode(completion, skip_special_tokens=True)
+    [completion] = sampler.generate([cfg.demo.prompt], cfg.demo.max_new_tokens, chat=True)
+    _log(f"generated {len(completion.token_ids)} tokens in {time.perf_counter() - start:.1f}s "
+         f"(including compilation)")
+    return completion.text
 
 
 def main(argv: list[str]) -> int:

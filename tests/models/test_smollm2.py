@@ -53,3 +53,24 @@ def test_real_model_logits_match_transformers(smollm2_dir):
         expected = reference(torch.tensor(ids, dtype=torch.long)).logits.numpy()
     logits = np.asarray(load_pretrained(smollm2_dir)(ids))
     np.testing.assert_allclose(logits, expected, atol=1e-3, rtol=0)
+
+
+@pytest.mark.slow
+def test_kv_sampler_matches_transformers_including_a_second_turn(smollm2_dir):
+    from rlanything_jax.sampling.sampler import Sampler
+
+    tokenizer = Tokenizer.from_dir(smollm2_dir)
+    prompt_ids = [tokenizer.encode_chat([{"role": "user", "content": p}]) for p in PROMPTS]
+    sampler = Sampler(load_pretrained(smollm2_dir), tokenizer)
+    conversation = sampler.start(prompt_ids, max_new_tokens=NEW_TOKENS, cache_length=512)
+    first = sampler.decode(conversation, NEW_TOKENS)
+    expected = _reference_greedy(smollm2_dir, prompt_ids, tokenizer.pad_id, tokenizer.eos_id)
+    assert [c.token_ids for c in first] == expected
+    assert first[0].finish_reason == "stop" and first[0].text == "The capital of France is Paris."
+
+    follow_up = tokenizer.encode("\n<|im_start|>user\nAnd of Italy?<|im_end|>\n<|im_start|>assistant\n")
+    sampler.extend(conversation, [follow_up, follow_up])
+    second = sampler.decode(conversation, NEW_TOKENS)
+    histories = [p + c.token_ids + follow_up for p, c in zip(prompt_ids, first)]
+    assert [c.token_ids for c in second] == _reference_greedy(smollm2_dir, histories, tokenizer.pad_id,
+                                                              tokenizer.eos_id)
