@@ -74,3 +74,24 @@ def reference_logits(model, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
     with torch.no_grad():
         out = model(input_ids=torch.tensor(ids, dtype=torch.long), attention_mask=mask_t, position_ids=positions)
     return out.logits.float().numpy()
+
+
+def greedy_generate(model, prompts: list[list[int]], new_tokens: int, pad_id: int = 0,
+                    eos_id: int | None = None) -> list[list[int]]:
+    """transformers' greedy continuations of left-padded prompts.
+
+    Without `eos_id` every row runs the full `new_tokens`; with it, each row is cut
+    after its first EOS.
+    """
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for row, prompt in enumerate(prompts):
+        ids[row, width - len(prompt):] = torch.tensor(prompt)
+        mask[row, width - len(prompt):] = 1
+    length = dict(min_new_tokens=new_tokens) if eos_id is None else {}
+    with torch.no_grad():
+        out = model.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=new_tokens,
+                             pad_token_id=pad_id, eos_token_id=eos_id, **length)
+    rows = out[:, width:].tolist()
+    return [row[:row.index(eos_id) + 1] if eos_id in row else row for row in rows]

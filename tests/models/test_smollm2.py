@@ -8,6 +8,7 @@ import transformers
 from rlanything_jax.models import load_pretrained
 from rlanything_jax.models.tokenizer import Tokenizer
 from rlanything_jax.sampling.full_forward import greedy_generate
+from tests import hf_reference
 
 PROMPTS = ["What is the capital of France?", "Write a haiku about the sea, then explain it in two sentences."]
 NEW_TOKENS = 24
@@ -16,17 +17,7 @@ NEW_TOKENS = 24
 def _reference_greedy(model_dir, prompt_ids: list[list[int]], pad_id: int, eos_id: int) -> list[list[int]]:
     """transformers' greedy continuations, each cut after its first EOS."""
     model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
-    width = max(len(p) for p in prompt_ids)
-    ids = torch.full((len(prompt_ids), width), pad_id, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for row, prompt in enumerate(prompt_ids):
-        ids[row, width - len(prompt):] = torch.tensor(prompt)
-        mask[row, width - len(prompt):] = 1
-    with torch.no_grad():
-        out = model.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=NEW_TOKENS,
-                             pad_token_id=pad_id, eos_token_id=eos_id)
-    rows = out[:, width:].tolist()
-    return [row[:row.index(eos_id) + 1] if eos_id in row else row for row in rows]
+    return hf_reference.greedy_generate(model, prompt_ids, NEW_TOKENS, pad_id, eos_id)
 
 
 @pytest.mark.slow

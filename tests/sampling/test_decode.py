@@ -4,7 +4,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import torch
 from flax import nnx
 
 from rlanything_jax import sharding
@@ -20,20 +19,6 @@ FAMILIES = {
 }
 
 
-def reference_greedy(torch_model, prompts, new_tokens):
-    """transformers' greedy continuation of left-padded prompts, fixed length (no EOS)."""
-    width = max(len(p) for p in prompts)
-    ids = torch.zeros((len(prompts), width), dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for row, prompt in enumerate(prompts):
-        ids[row, width - len(prompt):] = torch.tensor(prompt)
-        mask[row, width - len(prompt):] = 1
-    with torch.no_grad():
-        out = torch_model.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=new_tokens,
-                                   min_new_tokens=new_tokens, pad_token_id=0, eos_token_id=None)
-    return out[:, width:].tolist()
-
-
 @pytest.fixture(scope="module", params=sorted(FAMILIES))
 def tiny(request, tmp_path_factory):
     path = tmp_path_factory.mktemp(request.param)
@@ -45,7 +30,7 @@ def tiny(request, tmp_path_factory):
 def test_greedy_matches_transformers_generate(tiny):
     torch_model, model, _, sampler = tiny
     completions = sampler.generate(PROMPTS, 24, stop_token_ids=[])
-    assert [c.token_ids for c in completions] == reference_greedy(torch_model, PROMPTS, 24)
+    assert [c.token_ids for c in completions] == hf_reference.greedy_generate(torch_model, PROMPTS, 24)
     assert all(c.finish_reason == "length" for c in completions)
 
 
@@ -58,7 +43,7 @@ def test_multi_turn_continuation_equals_reprefilling_the_history(tiny):
     second = sampler.decode(conversation, 12, stop_token_ids=[])
 
     histories = [p + c.token_ids + o for p, c, o in zip(PROMPTS, first, observations)]
-    expected = reference_greedy(torch_model, histories, 12)
+    expected = hf_reference.greedy_generate(torch_model, histories, 12)
     assert [c.token_ids for c in second] == expected
     fresh = sampler.generate(histories, 12, stop_token_ids=[])
     assert [c.token_ids for c in fresh] == expected
@@ -72,7 +57,7 @@ def test_rows_can_sit_a_turn_out(tiny):
     second = sampler.decode(conversation, 6, stop_token_ids=[])
     assert second[1].token_ids == [] and second[1].finish_reason == "idle"
     history = PROMPTS[0] + first[0].token_ids + [50, 51, 52]
-    assert second[0].token_ids == reference_greedy(torch_model, [history], 6)[0]
+    assert second[0].token_ids == hf_reference.greedy_generate(torch_model, [history], 6)[0]
 
 
 def test_logprobs_equal_the_full_forward(tiny):
@@ -91,7 +76,7 @@ def test_logprobs_equal_the_full_forward(tiny):
 
 def test_stop_token_ends_a_row_and_is_kept(tiny):
     torch_model, model, _, sampler = tiny
-    free = reference_greedy(torch_model, PROMPTS[:2], 12)
+    free = hf_reference.greedy_generate(torch_model, PROMPTS[:2], 12)
     stop = free[0][4]  # the fifth token of row 0 becomes a stop token
     completions = sampler.generate(PROMPTS[:2], 12, stop_token_ids=[stop])
     assert completions[0].token_ids == free[0][:free[0].index(stop) + 1]
