@@ -34,5 +34,5 @@ def grouped_query_attention(q: jnp.ndarray, k: jnp.ndarray, v: jnp.ndarray, mask
     logits = logits * (head_dim ** -0.5)
     logits = jnp.where(mask[:, None, None, :, :], logits, _MASKED_LOGIT)
     weights = jax.nn.softmax(logits, axis=-1).astype(v.dtype)
-    out = jnp.einsum("bkgqs,bskd->bqkgd", weights, v)
-    return out.reshape(batch, q_len, num_heads, head_dim)
+    out = jnp.einsum("bkgqs,bskd->bqkgd", weights, v, preferred_element_type=jnp.float32)
+    return out.astype(v.dtype).reshape(batch, q_len, num_heads, head_dim)
