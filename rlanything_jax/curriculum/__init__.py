@@ -1,0 +1,1 @@
+"""Task-pool adaptation: which tasks to rewrite, and which rewrites to keep."""
