@@ -12,11 +12,13 @@ _LOG_RATIO_BOUND = 10.0
 
 
 def _aggregate(per_token: jnp.ndarray, mask: jnp.ndarray, aggregation: str) -> jnp.ndarray:
-    """sequence_mean: each sequence's token mean, then the batch mean (the reference);
+    """sequence_mean: each sequence's token mean, then the mean over non-empty sequences (the reference);
     token_mean: one mean over every token of the batch."""
     if aggregation == "sequence_mean":
-        per_sequence = jnp.sum(per_token * mask, axis=-1) / jnp.maximum(jnp.sum(mask, axis=-1), 1.0)
-        return jnp.mean(per_sequence)
+        tokens = jnp.sum(mask, axis=-1)
+        per_sequence = jnp.sum(per_token * mask, axis=-1) / jnp.maximum(tokens, 1.0)
+        # Rows without tokens (batch padding) do not dilute the mean.
+        return jnp.sum(per_sequence) / jnp.maximum(jnp.sum(tokens > 0), 1.0)
     if aggregation == "token_mean":
         return jnp.sum(per_token * mask) / jnp.maximum(jnp.sum(mask), 1.0)
     raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {aggregation!r}")

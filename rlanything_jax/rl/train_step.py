@@ -58,8 +58,12 @@ def token_logprobs(graphdef: nnx.GraphDef, params: nnx.State, input_ids: jax.Arr
 
 def _micro_loss(params: nnx.State, micro: TrainBatch, spec: TrainSpec):
     logp = token_logprobs(spec.graphdef, params, micro.input_ids, micro.attention_mask, micro.targets)
-    return ppo_clip_k3_loss(logp, micro.old_logp, micro.advantages, micro.loss_mask, eps=spec.clip_eps,
-                            beta=spec.kl_beta, ref_logp=micro.ref_logp, aggregation=spec.aggregation)
+    # NaN marks tokens the sampler never scored (an appended EOS): treat them as on-policy.
+    on_policy = jax.lax.stop_gradient(logp)
+    old_logp = jnp.where(jnp.isnan(micro.old_logp), on_policy, micro.old_logp)
+    ref_logp = None if micro.ref_logp is None else jnp.where(jnp.isnan(micro.ref_logp), on_policy, micro.ref_logp)
+    return ppo_clip_k3_loss(logp, old_logp, micro.advantages, micro.loss_mask, eps=spec.clip_eps,
+                            beta=spec.kl_beta, ref_logp=ref_logp, aggregation=spec.aggregation)
 
 
 def train_step(state: TrainState, batch: TrainBatch, spec: TrainSpec) -> tuple[TrainState, dict[str, jax.Array]]:
