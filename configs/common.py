@@ -89,6 +89,7 @@ def base_config(scenario: str) -> ml_collections.ConfigDict:
         "policy": train_config(updates_per_step=4),
         "reward": train_config(updates_per_step=4),
         "train_reward_model": True,
+        "advantage_singleton": "raw",  # a step index only one rollout reaches: "raw" (reference) or "zero"
         "policy_acc_low": 1 / 8,    # policy data: tasks with accuracy in [low, high]
         "policy_acc_high": 7 / 8,
     })
@@ -114,4 +115,12 @@ def train_config(updates_per_step: int) -> ml_collections.ConfigDict:
         "micro_batch_size": 1,
         "max_prompt_tokens": 2048,
         "max_response_tokens": 2048,
+        "schedule": "constant",          # or "warmup_cosine" (then warmup_steps, decay_steps, min_lr_ratio)
+        "warmup_steps": 0,
+        "decay_steps": 1000,
+        "min_lr_ratio": 0.0,
+        "aggregation": "sequence_mean",  # or "token_mean"
+        "reset_optimizer_each_step": False,  # the reference rebuilds AdamW every RL step
+        "overlong_prompt": "drop",       # the reference drops them; or "truncate_left"
+        "append_eos": True,
     })

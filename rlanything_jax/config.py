@@ -105,6 +105,7 @@ _SCALAR_CHECKS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("curriculum.temperature", lambda v: _number(v) and v >= 0, "must be >= 0"),
     ("curriculum.max_new_tokens", _positive_int, "must be a positive integer"),
     ("train.train_reward_model", lambda v: isinstance(v, bool), "must be true or false"),
+    ("train.advantage_singleton", lambda v: v in ("raw", "zero"), "must be 'raw' or 'zero'"),
     ("train.policy_acc_low", _fraction, "must be in [0, 1]"),
     ("train.policy_acc_high", _fraction, "must be in [0, 1]"),
     ("demo.prompt", lambda v: isinstance(v, str), "must be a string"),
@@ -124,6 +125,14 @@ _TRAIN_CHECKS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("micro_batch_size", _positive_int, "must be a positive integer"),
     ("max_prompt_tokens", _positive_int, "must be a positive integer"),
     ("max_response_tokens", _positive_int, "must be a positive integer"),
+    ("schedule", lambda v: v in ("constant", "warmup_cosine"), "must be 'constant' or 'warmup_cosine'"),
+    ("warmup_steps", _non_negative_int, "must be a non-negative integer"),
+    ("decay_steps", _positive_int, "must be a positive integer"),
+    ("min_lr_ratio", _fraction, "must be in [0, 1]"),
+    ("aggregation", lambda v: v in ("sequence_mean", "token_mean"), "must be 'sequence_mean' or 'token_mean'"),
+    ("reset_optimizer_each_step", lambda v: isinstance(v, bool), "must be true or false"),
+    ("overlong_prompt", lambda v: v in ("drop", "truncate_left"), "must be 'drop' or 'truncate_left'"),
+    ("append_eos", lambda v: isinstance(v, bool), "must be true or false"),
 )
 
 _ORDERED_PAIRS = (

@@ -97,3 +97,22 @@ def test_main_default_answers_with_the_packaged_model():
     assert "assistant: " in result.stdout
     answer = result.stdout.split("assistant: ", 1)[1]
     assert "Paris" in answer
+
+
+def test_train_options_are_validated():
+    cfg = load_config(str(ROOT / "configs/alfworld.py"), ["train.policy.schedule=warmup_cosine",
+                                                            "train.reward.aggregation=token_mean"])
+    assert cfg.train.policy.schedule == "warmup_cosine" and cfg.train.reward.aggregation == "token_mean"
+    with pytest.raises(ConfigError, match=r"config\.train\.policy\.overlong_prompt"):
+        load_config(str(ROOT / "configs/alfworld.py"), ["train.policy.overlong_prompt=keep"])
+
+
+def test_optimizer_follows_the_config():
+    from rlanything_jax.rl.train_state import learning_rate_schedule, make_optimizer
+
+    cfg = load_config(str(ROOT / "configs/alfworld.py"))
+    assert float(learning_rate_schedule(cfg.train.policy)(500)) == pytest.approx(1e-6)  # constant, as the reference
+    warm = dict(cfg.train.policy.to_dict(), schedule="warmup_cosine", warmup_steps=10, decay_steps=110)
+    schedule = learning_rate_schedule(warm)
+    assert float(schedule(0)) == 0.0 and float(schedule(10)) == pytest.approx(1e-6) and float(schedule(110)) == 0.0
+    make_optimizer(cfg.train.reward)  # builds from the config section as it is
