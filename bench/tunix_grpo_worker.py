@@ -38,24 +38,7 @@ from tunix.rl.grpo import grpo_learner as grpo
 from tunix.rl.rollout import base_rollout
 from tunix.sft import sharding_utils
 
-
-class CountingTokenizer:
-    """Prompt text "t12 t7 ..." <-> ids; enough for Tunix's TokenizerAdapter."""
-
-    def encode(self, text, **kwargs):
-        return [int(piece[1:]) for piece in text.split()]
-
-    def decode(self, ids, **kwargs):
-        return " ".join(f"t{i}" for i in ids)
-
-    def bos_id(self):
-        return 1
-
-    def eos_id(self):
-        return 2
-
-    def pad_id(self):
-        return 0
+from counting_tokenizer import CountingTokenizer  # bench/ is on sys.path for these scripts
 
 
 def even_token_reward(prompts, completions, **kwargs):

@@ -14,24 +14,7 @@ from flax import nnx
 from tunix.generate import sampler as sampler_lib
 from tunix.models.qwen3 import model as qwen3_lib
 
-
-class CountingTokenizer:
-    """Prompt text "t12 t7 ..." <-> ids; enough for Tunix's TokenizerAdapter."""
-
-    def encode(self, text, **kwargs):
-        return [int(piece[1:]) for piece in text.split()]
-
-    def decode(self, ids, **kwargs):
-        return " ".join(f"t{i}" for i in ids)
-
-    def bos_id(self):
-        return 1
-
-    def eos_id(self):
-        return 2
-
-    def pad_id(self):
-        return 0
+from counting_tokenizer import CountingTokenizer  # bench/ is on sys.path for these scripts
 
 
 def main() -> None:
