@@ -123,6 +123,7 @@ class Sampler:
         replicated = sharding_lib.named_sharding(self.mesh, (), self.rules)
         counter = self.compilations
 
+        donate = (1,)  # the decode state; it follows the params
         if kind == "prefill":
             def program(params, state, tokens, valid):
                 counter["prefill"] += 1  # runs once per trace, i.e. per compilation
@@ -139,10 +140,10 @@ class Sampler:
                 return decode_lib.truncate_generation(state, keep, start)
             batch_1d = sharding_lib.named_sharding(self.mesh, ("batch",), self.rules, state.done.shape)
             in_shardings = (state_shardings, batch_1d, replicated)
-            return jax.jit(program, in_shardings=in_shardings, out_shardings=state_shardings, donate_argnums=(0,))
+            donate = (0,)
         else:
             raise ValueError(kind)
-        return jax.jit(program, in_shardings=in_shardings, out_shardings=state_shardings, donate_argnums=(1,))
+        return jax.jit(program, in_shardings=in_shardings, out_shardings=state_shardings, donate_argnums=donate)
 
     # ------------------------------------------------------------------ conversations
 

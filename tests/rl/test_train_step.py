@@ -1,7 +1,6 @@
 """The pure train step: micro-batch accumulation, sharding invariance, and a learning signal."""
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import nnx
