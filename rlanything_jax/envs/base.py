@@ -1,0 +1,71 @@
+"""The environment protocol every task family implements, and the task record they share.
+
+A `Task` is plain, picklable data (so worker processes can rebuild an environment
+from it); an `Env` plays one multi-turn episode of one task at a time. Environments
+are registered by `Task.kind` so that the vectorised runner (`envs/runner.py`) and
+the rollout engine never import a family directly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Protocol
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+    task_id: str                  # unique and stable: the task pool and metrics key on it
+    kind: str                     # registry key: "alfworld", "textworld", "coding", ...
+    goal: str                     # the instruction as the agent reads it
+    payload: dict[str, Any] = dataclasses.field(default_factory=dict, hash=False, compare=False)
+    # family-specific, JSON-serialisable data: a game file path, problem and tests, knobs, ...
+
+
+@dataclasses.dataclass(frozen=True)
+class Observation:
+    text: str
+    admissible_actions: tuple[str, ...] = ()   # empty when the game has no fixed action list
+    images: tuple[Any, ...] = ()               # screenshots for desktop tasks (numpy HWC uint8)
+
+
+@dataclasses.dataclass(frozen=True)
+class StepResult:
+    observation: Observation
+    done: bool
+    won: bool                     # the task's outcome so far (O = +1 if won at the end, else -1)
+    info: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+class Env(Protocol):
+    def reset(self, task: Task) -> Observation: ...
+
+    def step(self, action: str) -> StepResult: ...
+
+    def close(self) -> None: ...
+
+
+EnvFactory = Callable[[], Env]
+_REGISTRY: dict[str, EnvFactory] = {}
+
+
+def register_env(kind: str, factory: EnvFactory) -> None:
+    _REGISTRY[kind] = factory
+
+
+def make_env(kind: str) -> Env:
+    if kind not in _REGISTRY:
+        _import_builtin_families()
+    if kind not in _REGISTRY:
+        raise KeyError(f"no environment registered for task kind {kind!r}; known: {sorted(_REGISTRY)}")
+    return _REGISTRY[kind]()
+
+
+def _import_builtin_families() -> None:
+    """Importing a family module registers it; missing optional engines are skipped."""
+    import importlib
+
+    for module in ("alfworld", "textworld", "coding"):
+        try:
+            importlib.import_module(f"rlanything_jax.envs.{module}")
+        except ImportError:
+            pass
