@@ -1,0 +1,98 @@
+"""The reward model judges every policy step m times, from (step prompt, response, next observation).
+
+Judgments are independent single-turn generations, batched across all steps of all
+episodes, longest prompts together (less padding), in chunks that bound memory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections import Counter
+from typing import Mapping, Protocol, Sequence
+
+import numpy as np
+
+from rlanything_jax.agents.trajectory import Episode, StepRecord
+from rlanything_jax.envs.base import Task
+from rlanything_jax.sampling.sampler import Sampler
+from rlanything_jax.sampling.strategies import make_strategy
+
+Message = Mapping[str, str]
+
+
+@dataclasses.dataclass(frozen=True)
+class ParsedJudgment:
+    score: int      # -1, 0 or +1
+    valid: bool     # False when the output had no usable score (score is then 0)
+    status: str
+
+
+class JudgeScenario(Protocol):
+    name: str
+
+    def judge_messages(self, task: Task, episode: Episode, step_index: int) -> list[Message]: ...
+
+    def parse_judgment(self, text: str) -> ParsedJudgment: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class JudgeConfig:
+    num_judgments: int = 3        # m
+    max_new_tokens: int = 512
+    temperature: float = 0.8
+    top_p: float = 0.95
+    top_k: int = 0
+    batch_size: int = 64          # generations per sampler call
+    max_prompt_tokens: int = 4096  # longer judge prompts are left-truncated (counted)
+    seed: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class _Request:
+    episode: int
+    step: int
+    sample: int
+    tokens: tuple[int, ...]
+
+
+def judge_episodes(reward_model: Sampler, scenario: JudgeScenario, episodes: Sequence[Episode],
+                   config: JudgeConfig, metrics: Counter | None = None) -> None:
+    """Fills each trainable episode's `judgments`, `judgment_valid` [num_steps, m] and `judge_texts`."""
+    metrics = metrics if metrics is not None else Counter()
+    tokenizer = reward_model.tokenizer
+    requests = []
+    for e, episode in enumerate(episodes):
+        if not episode.trainable:
+            continue
+        m, steps = config.num_judgments, len(episode.steps)
+        episode.judgments = np.zeros((steps, m), np.int8)
+        episode.judgment_valid = np.zeros((steps, m), bool)
+        episode.judge_texts = [[""] * m for _ in range(steps)]
+        for t in range(steps):
+            tokens = tokenizer.encode_chat(scenario.judge_messages(episode.task, episode, t))
+            if len(tokens) > config.max_prompt_tokens:
+                metrics["judge/prompts_truncated"] += 1
+                tokens = tokens[-config.max_prompt_tokens:]
+            requests.extend(_Request(e, t, j, tuple(tokens)) for j in range(m))
+    requests.sort(key=lambda r: len(r.tokens), reverse=True)
+    strategy = make_strategy(config.temperature, config.top_k, config.top_p)
+    started = time.perf_counter()
+    for chunk_index, start in enumerate(range(0, len(requests), config.batch_size)):
+        chunk = requests[start:start + config.batch_size]
+        completions = reward_model.generate([list(r.tokens) for r in chunk], config.max_new_tokens, strategy,
+                                            seed=config.seed * 1_000_003 + chunk_index)
+        for request, completion in zip(chunk, completions):
+            parsed = scenario.parse_judgment(completion.text or "")
+            metrics[f"parse/{scenario.name}_judgment/{parsed.status}"] += 1
+            episode = episodes[request.episode]
+            episode.judgments[request.step, request.sample] = parsed.score
+            episode.judgment_valid[request.step, request.sample] = parsed.valid
+            episode.judge_texts[request.step][request.sample] = completion.text or ""
+            metrics["judge_tokens"] += len(completion.token_ids)
+    metrics["time_judge_s"] += time.perf_counter() - started
+
+
+def step_context(episode: Episode, step_index: int) -> tuple[StepRecord, list[StepRecord]]:
+    """The judged step and the steps before it (for prompts that show the trajectory)."""
+    return episode.steps[step_index], episode.steps[:step_index]
