@@ -58,7 +58,8 @@ class _Request:
 
 def judge_episodes(reward_model: Sampler, scenario: JudgeScenario, episodes: Sequence[Episode],
                    config: JudgeConfig, metrics: Counter | None = None) -> None:
-    """Fills each trainable episode's `judgments`, `judgment_valid` [num_steps, m] and `judge_texts`."""
+    """Fills each trainable episode's `judgments`, `judgment_valid` [num_steps, m], the judge prompts'
+    tokens and each judgment's (tokens, log-probabilities) for the reward model's training."""
     metrics = metrics if metrics is not None else Counter()
     tokenizer = reward_model.tokenizer
     requests = []
@@ -69,11 +70,14 @@ def judge_episodes(reward_model: Sampler, scenario: JudgeScenario, episodes: Seq
         episode.judgments = np.zeros((steps, m), np.int8)
         episode.judgment_valid = np.zeros((steps, m), bool)
         episode.judge_texts = [[""] * m for _ in range(steps)]
+        episode.judge_prompts = []
+        episode.judge_samples = [[None] * m for _ in range(steps)]
         for t in range(steps):
             tokens = tokenizer.encode_chat(scenario.judge_messages(episode.task, episode, t))
             if len(tokens) > config.max_prompt_tokens:
                 metrics["judge/prompts_truncated"] += 1
                 tokens = tokens[-config.max_prompt_tokens:]
+            episode.judge_prompts.append(tokens)
             requests.extend(_Request(e, t, j, tuple(tokens)) for j in range(m))
     requests.sort(key=lambda r: len(r.tokens), reverse=True)
     strategy = make_strategy(config.temperature, config.top_k, config.top_p)
@@ -89,6 +93,8 @@ def judge_episodes(reward_model: Sampler, scenario: JudgeScenario, episodes: Seq
             episode.judgments[request.step, request.sample] = parsed.score
             episode.judgment_valid[request.step, request.sample] = parsed.valid
             episode.judge_texts[request.step][request.sample] = completion.text or ""
+            episode.judge_samples[request.step][request.sample] = (list(completion.token_ids),
+                                                                   list(completion.logprobs))
             metrics["judge_tokens"] += len(completion.token_ids)
     metrics["time_judge_s"] += time.perf_counter() - started
 

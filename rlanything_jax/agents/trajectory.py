@@ -35,6 +35,8 @@ class Episode:
     judgments: np.ndarray | None = None  # int8 [num_steps, m]: the reward model's scores in {-1, 0, 1}
     judgment_valid: np.ndarray | None = None  # bool [num_steps, m]
     judge_texts: list[list[str]] | None = None
+    judge_prompts: list[list[int]] | None = None      # per step: the reward model's prompt tokens
+    judge_samples: list[list[tuple[list[int], list[float]]]] | None = None  # [step][j]: tokens, logprobs
 
     @property
     def outcome(self) -> float:

@@ -1,0 +1,91 @@
+"""Judged rollouts -> training examples for the policy and the reward model (ALGORITHM.md 2.2, 3.3).
+
+Policy: per task, R[g, t] = w_O * O_g + lambda * mean_j S[g, t, j], z-scored per step
+index over the task's rollouts; every step is one (prompt, response, advantage)
+example. Reward model: per judged step, R * S_j (the penalty when S_j did not parse),
+z-scored over the step's m judgments; only tasks whose accuracy is in the band.
+The ablations of the paper are weights here: outcome only (lambda = 0), step-wise
+reward only (w_O = 0).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from rlanything_jax.agents.trajectory import Episode, group_arrays, task_accuracy
+from rlanything_jax.rl.advantages import stepwise_group_advantages
+from rlanything_jax.rl.data import Example
+from rlanything_jax.rl.rewards import consistency_advantages, integrated_step_reward
+
+
+@dataclasses.dataclass(frozen=True)
+class SignalConfig:
+    num_judgments: int = 3
+    outcome_weight: float = 1.0       # w_O; 0 = step-wise reward only
+    step_weight: float = 1.0          # lambda; 0 = outcome only (GRPO-style)
+    singleton: str = "raw"            # a step index reached by one rollout: "raw" or "zero"
+    policy_acc_low: float = 1 / 8     # policy data: tasks with accuracy in [low, high]
+    policy_acc_high: float = 7 / 8
+    rm_acc_low: float = 0.2           # reward-model data: tasks with accuracy in [low, high]
+    rm_acc_high: float = 0.8
+    invalid_penalty: float = -2.0
+
+
+def step_rewards(episodes: Sequence[Episode], cfg: SignalConfig) -> tuple[np.ndarray, np.ndarray, object]:
+    """Integrated step rewards R [G, T] and the step mask of one task's trainable rollouts."""
+    arrays = group_arrays(episodes, cfg.num_judgments)
+    outcome = cfg.outcome_weight * arrays.outcome[:, None]
+    rewards = np.asarray(integrated_step_reward(outcome, arrays.judgments, arrays.valid, cfg.step_weight))
+    return rewards, arrays.step_mask, arrays
+
+
+def _in_band(acc: float | None, low: float, high: float) -> bool:
+    return acc is not None and low - 1e-9 <= acc <= high + 1e-9
+
+
+def policy_examples(groups: Mapping[str, Sequence[Episode]], cfg: SignalConfig,
+                    metrics: Counter | None = None) -> list[Example]:
+    metrics = metrics if metrics is not None else Counter()
+    examples = []
+    for episodes in groups.values():
+        if not _in_band(task_accuracy(episodes), cfg.policy_acc_low, cfg.policy_acc_high):
+            metrics["policy_data/tasks_out_of_band"] += 1
+            continue
+        trainable = [e for e in episodes if e.trainable]
+        rewards, mask, _ = step_rewards(trainable, cfg)
+        advantages = np.asarray(stepwise_group_advantages(rewards, mask, cfg.singleton))
+        metrics["policy_data/tasks"] += 1
+        for g, episode in enumerate(trainable):
+            for t, step in enumerate(episode.steps):
+                examples.append(Example(step.prompt_tokens, step.response_tokens, float(advantages[g, t]),
+                                        step.logprobs))
+    metrics["policy_data/examples"] += len(examples)
+    return examples
+
+
+def reward_model_examples(groups: Mapping[str, Sequence[Episode]], cfg: SignalConfig,
+                          metrics: Counter | None = None) -> list[Example]:
+    metrics = metrics if metrics is not None else Counter()
+    examples = []
+    for episodes in groups.values():
+        if not _in_band(task_accuracy(episodes), cfg.rm_acc_low, cfg.rm_acc_high):
+            metrics["reward_data/tasks_out_of_band"] += 1
+            continue
+        trainable = [e for e in episodes if e.trainable and e.judge_samples is not None]
+        if not trainable:
+            continue
+        rewards, mask, arrays = step_rewards(trainable, cfg)
+        advantages = np.asarray(consistency_advantages(rewards, arrays.judgments, arrays.valid,
+                                                       cfg.invalid_penalty))
+        metrics["reward_data/tasks"] += 1
+        for g, episode in enumerate(trainable):
+            for t in range(len(episode.steps)):
+                for j, (tokens, logprobs) in enumerate(episode.judge_samples[t]):
+                    examples.append(Example(episode.judge_prompts[t], tokens, float(advantages[g, t, j]),
+                                            logprobs))
+    metrics["reward_data/examples"] += len(examples)
+    return examples

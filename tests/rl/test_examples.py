@@ -1,0 +1,67 @@
+"""Judged rollouts -> policy and reward-model examples, against hand-computed advantages."""
+
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from rlanything_jax.agents.trajectory import Episode, StepRecord
+from rlanything_jax.envs.base import Observation, Task
+from rlanything_jax.rl.examples import SignalConfig, policy_examples, reward_model_examples
+
+TASK = Task("t", "alfworld", "goal")
+
+
+def _episode(g, won, judgments, error=None):
+    steps = [StepRecord(observation=Observation("o"), prompt_tokens=[g, t], response_tokens=[10 + t],
+                        logprobs=[-0.5], response_text="r", finish_reason="stop", action="a", parse_status="ok")
+             for t in range(len(judgments))]
+    e = Episode(task=TASK, group_index=g, steps=steps, won=won, env_error=error)
+    e.judgments = np.asarray(judgments, np.int8)
+    e.judgment_valid = np.ones_like(e.judgments, bool)
+    e.judge_prompts = [[100 + t] for t in range(len(judgments))]
+    e.judge_samples = [[([200 + j], [-0.1]) for j in range(3)] for _ in judgments]
+    return e
+
+
+@pytest.fixture
+def groups():
+    won = _episode(0, True, [[1, 1, -1], [1, 1, 1]])
+    lost = _episode(1, False, [[-1, -1, -1]])
+    crashed = _episode(2, False, [[1, 1, 1]], error="worker died")  # never trained on
+    return {"t": [won, lost, crashed]}
+
+
+def test_policy_advantages_per_step_index(groups):
+    # R: won [1 + 1/3, 2], lost [-2]. Step 0: z-score of [4/3, -2] = [1, -1]; step 1: one rollout, raw 2.
+    metrics = Counter()
+    examples = policy_examples(groups, SignalConfig(), metrics)
+    got = {tuple(e.prompt_ids): e.advantage for e in examples}
+    assert got == {(0, 0): pytest.approx(1.0), (0, 1): pytest.approx(2.0), (1, 0): pytest.approx(-1.0)}
+    assert metrics["policy_data/examples"] == 3
+
+
+def test_outcome_only_and_step_only_ablations(groups):
+    outcome_only = policy_examples(groups, SignalConfig(step_weight=0.0))
+    assert sorted(e.advantage for e in outcome_only) == pytest.approx([-1.0, 1.0, 1.0])   # step 1 raw O = 1
+    step_only = policy_examples(groups, SignalConfig(outcome_weight=0.0))
+    # R: won [1/3, 1], lost [-1] -> step 0 z-score [1, -1], step 1 raw 1.
+    assert sorted(e.advantage for e in step_only) == pytest.approx([-1.0, 1.0, 1.0])
+
+
+def test_tasks_out_of_the_accuracy_band_are_skipped(groups):
+    all_won = {"t": [_episode(0, True, [[1, 1, 1]]), _episode(1, True, [[1, 1, -1]])]}
+    metrics = Counter()
+    assert policy_examples(all_won, SignalConfig(), metrics) == []
+    assert reward_model_examples(all_won, SignalConfig(), metrics) == []
+    assert metrics["policy_data/tasks_out_of_band"] == 1 and metrics["reward_data/tasks_out_of_band"] == 1
+
+
+def test_reward_model_consistency_advantages(groups):
+    examples = reward_model_examples(groups, SignalConfig())
+    # Step (won, 0): R = 4/3, S = [1, 1, -1] -> R*S z-scored = [1/sqrt2, 1/sqrt2, -sqrt2];
+    # the other steps' judgments all agree (zero variance) -> 0.
+    nonzero = sorted(e.advantage for e in examples if e.advantage != 0)
+    assert nonzero == pytest.approx([-np.sqrt(2), 1 / np.sqrt(2), 1 / np.sqrt(2)])
+    assert len(examples) == 9  # 3 judged steps x m = 3 (zero advantages are dropped later, in prepare_examples)
+    assert all(e.old_logprobs == [-0.1] for e in examples)
