@@ -39,7 +39,7 @@ class Scenario(Protocol):
 
     def initial_messages(self, task: Task, observation: Observation) -> list[Message]: ...
 
-    def turn_message(self, task: Task, observation: Observation) -> Message: ...
+    def turn_message(self, episode: Episode, observation: Observation) -> Message: ...
 
     def parse_action(self, response_text: str, observation: Observation) -> ParsedAction: ...
 
@@ -139,7 +139,7 @@ def play_episodes(policy: Sampler, runner: Any, scenario: Scenario, tasks: Seque
                 continue
             slot.observation = result.observation
             stop_text = stop_texts.get(completion.token_ids[-1], "") if completion.token_ids else ""
-            slot.pending = turn_delta(tokenizer, scenario.turn_message(slot.episode.task, result.observation),
+            slot.pending = turn_delta(tokenizer, scenario.turn_message(slot.episode, result.observation),
                                       completion.finish_reason, stop_text)
             still_live.append(slot)
         live = still_live

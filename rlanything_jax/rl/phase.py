@@ -1,0 +1,89 @@
+"""One training phase: a step's examples -> about `updates_per_step` optimizer updates.
+
+As in the reference, a phase makes one pass over its examples in roughly
+`updates_per_step` updates; unlike it, no trailing partial batch is dropped (it is
+padded with empty rows, which carry no loss). Shapes are bucketed (micro-batches
+per update to a power of two, sequence width by `data.collate`), so a run compiles
+a few train steps, which `Learner.compiled` keeps.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+from flax import nnx
+from jax.sharding import Mesh
+
+from rlanything_jax import sharding as sharding_lib
+from rlanything_jax.rl.data import BatchIterator, DataConfig, Example
+from rlanything_jax.rl.train_state import TrainState, make_optimizer, reset_optimizer
+from rlanything_jax.rl.train_step import TrainSpec, jit_train_step
+
+
+@dataclasses.dataclass
+class Learner:
+    """What one model's phases need: its graph, optimizer, data rules and compiled steps."""
+
+    graphdef: nnx.GraphDef
+    train_config: Mapping[str, Any]   # a config's train.policy / train.reward section
+    mesh: Mesh
+    eos_id: int
+    pad_id: int
+    rules: sharding_lib.Rules = sharding_lib.DEFAULT_LOGICAL_AXIS_RULES
+    compiled: dict = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self):
+        self.tx = make_optimizer(self.train_config)
+
+    def _step_fn(self, state: TrainState, batch, num_micro: int):
+        key = (num_micro,) + tuple(batch.input_ids.shape) + (batch.ref_logp is None,)
+        if key not in self.compiled:
+            cfg = self.train_config
+            spec = TrainSpec(graphdef=self.graphdef, tx=self.tx, clip_eps=cfg["clip_eps"], kl_beta=cfg["kl_beta"],
+                             aggregation=cfg["aggregation"], num_micro_batches=num_micro)
+            self.compiled[key] = jit_train_step(spec, state, batch, self.mesh, self.rules)
+        return self.compiled[key]
+
+
+def _micro_batches_per_update(num_examples: int, updates: int, micro_batch_size: int) -> int:
+    per_update = math.ceil(num_examples / max(updates, 1))
+    micro = math.ceil(per_update / micro_batch_size)
+    return 1 << (max(micro, 1) - 1).bit_length()
+
+
+def train_phase(learner: Learner, state: TrainState, examples: Sequence[Example], seed: int,
+                metrics: Counter | None = None, prefix: str = "policy") -> tuple[TrainState, dict[str, float]]:
+    """Trains `state` on one pass over `examples`; returns the new state and averaged metrics."""
+    metrics = metrics if metrics is not None else Counter()
+    cfg = learner.train_config
+    if cfg.get("reset_optimizer_each_step", False):
+        state = reset_optimizer(state, learner.tx)
+    micro_size = int(cfg["micro_batch_size"])
+    data_cfg = DataConfig(batch_size=1, max_prompt_tokens=cfg["max_prompt_tokens"],
+                          max_response_tokens=cfg["max_response_tokens"], eos_id=learner.eos_id,
+                          pad_id=learner.pad_id, overlong_prompt=cfg["overlong_prompt"],
+                          append_eos=cfg["append_eos"], seed=seed)
+    probe = BatchIterator(examples, data_cfg)  # applies the length rules once, for the counts
+    for name, count in probe.counts.items():
+        metrics[f"{prefix}_data/{name}"] += count
+    kept = probe.examples
+    if not kept:
+        return state, {}
+    num_micro = _micro_batches_per_update(len(kept), int(cfg["updates_per_step"]), micro_size)
+    batches = BatchIterator(kept, dataclasses.replace(data_cfg, batch_size=num_micro * micro_size))
+    sums: Counter = Counter()
+    updates = 0
+    for batch in batches:
+        step_fn = learner._step_fn(state, batch, num_micro)
+        state, step_metrics = step_fn(state, batch)
+        for name, value in jax.device_get(step_metrics).items():
+            sums[name] += float(np.asarray(value))
+        updates += 1
+    metrics[f"{prefix}/updates"] += updates
+    return state, {f"{prefix}/{name}": value / updates for name, value in sums.items()}

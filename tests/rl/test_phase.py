@@ -1,0 +1,58 @@
+"""A training phase: about updates_per_step updates over all examples, nothing dropped, few compilations."""
+
+from collections import Counter
+
+import jax
+import numpy as np
+from flax import nnx
+
+from rlanything_jax import sharding
+from rlanything_jax.models import Decoder, DecoderConfig
+from rlanything_jax.rl.data import Example
+from rlanything_jax.rl.phase import Learner, _micro_batches_per_update, train_phase
+from rlanything_jax.rl.train_state import init_train_state
+
+CFG = DecoderConfig(model_type="qwen3", vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=2,
+                    num_heads=4, num_kv_heads=2, head_dim=8, qk_norm=True)
+TRAIN = dict(learning_rate=1e-3, adam_b1=0.9, adam_b2=0.999, adam_eps=1e-8, weight_decay=0.0, max_grad_norm=1.0,
+             clip_eps=0.2, kl_beta=0.01, aggregation="sequence_mean", updates_per_step=2, micro_batch_size=2,
+             max_prompt_tokens=16, max_response_tokens=8, overlong_prompt="drop", append_eos=True,
+             reset_optimizer_each_step=False)
+
+
+def _examples(n, seed=0):
+    rng = np.random.RandomState(seed)
+    out = []
+    for i in range(n):
+        response = list(rng.randint(3, 60, size=1 + i % 4))
+        out.append(Example(list(rng.randint(3, 60, size=4 + i % 5)), response, float(rng.randn()),
+                           list(-3.0 + 0.1 * rng.randn(len(response)))))
+    out.append(Example(list(range(3, 40)), [5], 1.0, [-1.0]))   # prompt over 16 tokens: dropped
+    out.append(Example([3, 4], [5], 0.0, [-1.0]))               # zero advantage: dropped
+    return out
+
+
+def test_micro_batches_per_update_rounds_up_to_a_power_of_two():
+    assert _micro_batches_per_update(9, 2, 2) == 4     # 5 per update -> 3 micro-batches -> 4
+    assert _micro_batches_per_update(1, 4, 1) == 1
+    assert _micro_batches_per_update(64, 4, 1) == 16
+
+
+def test_phase_trains_every_kept_example_in_about_updates_per_step_updates():
+    graphdef, params = nnx.split(Decoder(CFG, rngs=nnx.Rngs(0)))
+    mesh = sharding.build_mesh({"data": 1, "fsdp": 1, "tensor": 1}, devices=jax.devices()[:1])
+    learner = Learner(graphdef=graphdef, train_config=TRAIN, mesh=mesh, eos_id=2, pad_id=0)
+    state = init_train_state(params, learner.tx)
+    before = [np.asarray(x) for x in jax.tree.leaves(state.params)]
+    metrics = Counter()
+    state, phase_metrics = train_phase(learner, state, _examples(9), seed=0, metrics=metrics)
+    assert metrics["policy_data/kept"] == 9 and metrics["policy_data/prompts_dropped"] == 1
+    assert metrics["policy_data/zero_advantage_dropped"] == 1
+    assert metrics["policy/updates"] == 2 and int(state.step) == 2   # batches of 8 rows: 8 + 1 (padded)
+    assert np.isfinite(phase_metrics["policy/loss"])
+    after = [np.asarray(x) for x in jax.tree.leaves(state.params)]
+    assert any(not np.allclose(a, b) for a, b in zip(before, after))
+    # A second phase of the same size reuses the compiled steps.
+    compiled = len(learner.compiled)
+    state, _ = train_phase(learner, state, _examples(9, seed=1), seed=1)
+    assert len(learner.compiled) <= compiled + 1   # at most a new width bucket
