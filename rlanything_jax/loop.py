@@ -1,0 +1,191 @@
+"""One RLAnything step, and the run of many.
+
+One step: sample tasks (active + pending candidates) -> policy rollouts -> reward-model
+judgments -> accept/reject last step's candidates -> propose rewrites for tasks out of
+the band -> policy update on integrated step rewards -> reward-model update on
+consistency rewards (tasks in the band) -> new weights into both samplers, in memory
+-> checkpoint -> metrics. Every constant comes from the config (`LoopSettings`).
+
+The loop is host-side orchestration; the math lives in `rl/` and `curriculum/`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+from rlanything_jax.agents.judging import JudgeConfig, judge_episodes
+from rlanything_jax.agents.rollout import RolloutConfig, play_episodes
+from rlanything_jax.agents.trajectory import Episode, group_by_task, task_accuracy
+from rlanything_jax.curriculum.adaptation import difficulty_direction
+from rlanything_jax.curriculum.task_pool import (Candidate, TaskPool, propose, resolve_candidates,
+                                                 sample_step_tasks)
+from rlanything_jax.envs.base import Task
+from rlanything_jax.rl.examples import SignalConfig, policy_examples, reward_model_examples
+from rlanything_jax.rl.phase import Learner, train_phase
+from rlanything_jax.rl.train_state import TrainState
+from rlanything_jax.sampling.sampler import Sampler
+
+
+class TaskGenerator(Protocol):
+    """Proposes a rewrite of a slot's raw task in a direction ("harder"/"easier"), or None."""
+
+    def propose(self, raw: Task, active: Task, direction: str, accuracy: float,
+                episodes: Sequence[Episode], step: int) -> Task | None: ...
+
+
+StepLabeler = Callable[[Episode, int], "int | None"]  # expert label of step t: +1 good, -1 bad, None unknown
+
+
+@dataclasses.dataclass(frozen=True)
+class LoopSettings:
+    tasks_per_step: int
+    rollout: RolloutConfig
+    judge: JudgeConfig
+    signal: SignalConfig
+    judge_steps: bool = True           # False: outcome-only runs skip the reward model entirely
+    train_reward_model: bool = True
+    adapt_environment: bool = True
+    harder_at: float = 0.8
+    easier_at: float = 0.2
+    accept_low: float = 0.2
+    accept_high: float = 0.8
+
+
+@dataclasses.dataclass
+class SystemState:
+    """Everything a checkpoint holds (the samplers are rebuilt from the params)."""
+
+    step: int
+    policy: TrainState
+    reward: TrainState
+    pool: TaskPool
+
+
+@dataclasses.dataclass
+class Services:
+    """The resident pieces one run uses; built once by `main`."""
+
+    policy_sampler: Sampler
+    reward_sampler: Sampler
+    policy_learner: Learner
+    reward_learner: Learner
+    runner: Any                        # envs.runner.EnvRunner
+    scenario: Any                      # agents.rollout.Scenario + agents.judging.JudgeScenario
+    generator: TaskGenerator | None
+    step_labeler: StepLabeler | None
+    seed: int
+    log: Callable[[str], None] = print
+
+
+def rl_step(state: SystemState, services: Services, settings: LoopSettings) -> tuple[SystemState, dict[str, float]]:
+    started = time.perf_counter()
+    step = state.step + 1
+    metrics: Counter = Counter()
+    rng = np.random.default_rng([services.seed, step])
+    picked = sample_step_tasks(state.pool, settings.tasks_per_step, rng)
+    active = [state.pool.slots[i].active for i in picked.active]
+    pending = [state.pool.slots[i].pending.task for i in picked.pending]
+    rollout_cfg = dataclasses.replace(settings.rollout, seed=services.seed * 7919 + step)
+    episodes = play_episodes(services.policy_sampler, services.runner, services.scenario, active + pending,
+                             rollout_cfg, metrics=metrics)
+    if settings.judge_steps:
+        judge_episodes(services.reward_sampler, services.scenario, episodes,
+                       dataclasses.replace(settings.judge, seed=services.seed * 104729 + step), metrics)
+    groups = group_by_task(episodes)
+    accuracy = {task_id: task_accuracy(eps) for task_id, eps in groups.items()}
+
+    pool, accepted, rejected = resolve_candidates(
+        state.pool, {t.task_id: accuracy.get(t.task_id) for t in pending}, step,
+        settings.accept_low, settings.accept_high)
+    for task_id in rejected:  # a rejected candidate's rollouts are not trained on
+        groups.pop(task_id, None)
+    if settings.adapt_environment and services.generator is not None:
+        pool = _adapt(pool, picked.active, groups, accuracy, services.generator, settings, step, metrics)
+
+    policy_state, policy_metrics = train_phase(
+        services.policy_learner, state.policy, policy_examples(groups, settings.signal, metrics),
+        seed=services.seed + step, metrics=metrics, prefix="policy")
+    reward_state, reward_metrics = state.reward, {}
+    if settings.train_reward_model and settings.judge_steps:
+        reward_state, reward_metrics = train_phase(
+            services.reward_learner, state.reward, reward_model_examples(groups, settings.signal, metrics),
+            seed=services.seed + step, metrics=metrics, prefix="reward")
+    services.policy_sampler.update_params(policy_state.params)
+    services.reward_sampler.update_params(reward_state.params)
+
+    played = [e for e in episodes if e.env_error is None and e.task.task_id not in rejected]
+    metrics.update(policy_metrics)
+    metrics.update(reward_metrics)
+    metrics.update(episode_metrics(played, services.step_labeler, settings.judge_steps))
+    metrics.update({"curriculum/accepted": len(accepted), "curriculum/rejected": len(rejected),
+                    "curriculum/accepted_total": pool.accepted_count,
+                    "curriculum/pending": sum(s.pending is not None for s in pool.slots),
+                    "time/step_s": time.perf_counter() - started})
+    return SystemState(step=step, policy=policy_state, reward=reward_state, pool=pool), dict(metrics)
+
+
+def _adapt(pool: TaskPool, slot_indices: Sequence[int], groups, accuracy, generator: TaskGenerator,
+           settings: LoopSettings, step: int, metrics: Counter) -> TaskPool:
+    """Asks for a rewrite of every played active task whose accuracy left the band."""
+    for index in slot_indices:
+        slot = pool.slots[index]
+        acc = accuracy.get(slot.active.task_id)
+        if acc is None or slot.pending is not None:
+            continue
+        code = int(difficulty_direction(acc, settings.easier_at, settings.harder_at))
+        if code == 0:
+            continue
+        direction = "harder" if code > 0 else "easier"
+        candidate = generator.propose(slot.raw, slot.active, direction, acc, groups.get(slot.active.task_id, []),
+                                      step)
+        metrics[f"curriculum/proposals_{'made' if candidate else 'failed'}"] += 1
+        if candidate is not None:
+            pool = propose(pool, index, Candidate(task=candidate, goal=direction, prev_acc=float(acc),
+                                                  proposed_at=step))
+    return pool
+
+
+def episode_metrics(episodes: Sequence[Episode], step_labeler: StepLabeler | None,
+                    judged: bool) -> dict[str, float]:
+    """Success rate, steps, and the reward model's agreement with expert step labels and outcomes."""
+    out: dict[str, float] = {}
+    if not episodes:
+        return out
+    out["rollout/success_rate"] = float(np.mean([e.won for e in episodes]))
+    out["rollout/mean_steps"] = float(np.mean([len(e.steps) for e in episodes]))
+    if not judged:
+        return out
+    step_hits, outcome_hits = [], []
+    for episode in episodes:
+        if episode.judgments is None or not len(episode.steps):
+            continue
+        votes = np.where(episode.judgment_valid, episode.judgments, 0).astype(np.float32)
+        step_scores = votes.mean(axis=1)
+        # Outcome accuracy: the sign of the mean step score predicts the outcome.
+        outcome_hits.append((step_scores.mean() > 0) == episode.won)
+        if step_labeler is not None:
+            for t in range(len(episode.steps)):
+                label = step_labeler(episode, t)
+                if label is not None:
+                    step_hits.extend(list(np.where(episode.judgment_valid[t], episode.judgments[t], 0) == label))
+    if outcome_hits:
+        out["reward_model/outcome_accuracy"] = float(np.mean(outcome_hits))
+    if step_hits:
+        out["reward_model/step_accuracy"] = float(np.mean(step_hits))
+    return out
+
+
+def evaluate(policy_sampler: Sampler, runner: Any, scenario: Any, tasks: Sequence[Task],
+             rollout: RolloutConfig) -> dict[str, float]:
+    """Held-out success rate of the current policy."""
+    metrics: Counter = Counter()
+    episodes = play_episodes(policy_sampler, runner, scenario, tasks, rollout, metrics=metrics)
+    played = [e for e in episodes if e.env_error is None]
+    return {"eval/success_rate": float(np.mean([e.won for e in played])) if played else float("nan"),
+            "eval/episodes": len(played)}
