@@ -69,3 +69,30 @@ def _import_builtin_families() -> None:
             importlib.import_module(f"rlanything_jax.envs.{module}")
         except ImportError:
             pass
+
+
+class InProcessRunner:
+    """The runner interface (`envs.runner.EnvRunner`) in this process, one env per episode:
+    for single episodes, debugging and tests. No timeouts and no crash isolation."""
+
+    def __init__(self) -> None:
+        self._envs: dict[int, Env] = {}
+
+    def reset(self, tasks: dict[int, Task]) -> dict[int, Observation]:
+        observations = {}
+        for episode_id, task in tasks.items():
+            self._envs[episode_id] = make_env(task.kind)
+            observations[episode_id] = self._envs[episode_id].reset(task)
+        return observations
+
+    def step(self, actions: dict[int, str]) -> dict[int, StepResult]:
+        return {episode_id: self._envs[episode_id].step(action) for episode_id, action in actions.items()}
+
+    def close_episode(self, episode_id: int) -> None:
+        env = self._envs.pop(episode_id, None)
+        if env is not None:
+            env.close()
+
+    def close(self) -> None:
+        for episode_id in list(self._envs):
+            self.close_episode(episode_id)
