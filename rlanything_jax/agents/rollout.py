@@ -20,7 +20,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 from rlanything_jax.agents.chat_tokens import first_prompt, turn_delta
 from rlanything_jax.agents.trajectory import Episode, StepRecord
 from rlanything_jax.envs.base import Observation, Task
-from rlanything_jax.sampling.sampler import Conversation, Sampler
+from rlanything_jax.sampling.sampler import Conversation, Sampler, bucket_length
 from rlanything_jax.sampling.strategies import SamplingStrategy, make_strategy
 
 Message = Mapping[str, str]
@@ -101,7 +101,7 @@ def play_episodes(policy: Sampler, runner: Any, scenario: Scenario, tasks: Seque
     conversation: Conversation | None = None
     stop_texts = {t: tokenizer.decode([t]) for t in tokenizer.stop_token_ids}
     for turn in range(config.max_steps):
-        live = [s for s in live if _fits(s, config, metrics)]
+        live = [s for s in live if _fits(s, config, policy, metrics)]
         if not live:
             break
         conversation = _ensure_room(policy, conversation, live, config, metrics)
@@ -158,8 +158,10 @@ def _end(episode: Episode, reason: str, metrics: Counter, error: str | None = No
     metrics[f"episodes/{reason}"] += 1
 
 
-def _fits(slot: _Live, config: RolloutConfig, metrics: Counter) -> bool:
-    if len(slot.history) + len(slot.pending) + config.max_new_tokens <= config.max_context_tokens:
+def _fits(slot: _Live, config: RolloutConfig, policy: Sampler, metrics: Counter) -> bool:
+    """The episode's history, next message and response fit its context (as a re-prefilled prompt)."""
+    needed = bucket_length(len(slot.history) + len(slot.pending), 16) + config.max_new_tokens
+    if needed <= min(config.max_context_tokens, policy.config.max_cache_length):
         return True
     _end(slot.episode, "context_full", metrics)
     return False
@@ -169,16 +171,17 @@ def _ensure_room(policy: Sampler, conversation: Conversation | None, live: list[
                  config: RolloutConfig, metrics: Counter) -> Conversation:
     """Keeps the shared conversation if it can take this turn; else re-prefills the live rows."""
     if conversation is not None and all(s.row >= 0 for s in live):
-        needed = conversation.used_columns + max(len(s.pending) for s in live) + config.max_new_tokens
+        needed = conversation.used_columns + bucket_length(max(len(s.pending) for s in live), 1) \
+            + config.max_new_tokens
         batch = conversation.state.done.shape[0]
         if needed <= conversation.cache_length and len(live) > batch // 2:
             return conversation
     # Compaction: a fresh conversation holding only the live rows' histories.
     metrics["rollout/compactions"] += conversation is not None
-    longest = max(len(s.history) + len(s.pending) for s in live)
-    # Room for a few more turns before the next compaction, within the per-episode limit.
-    wanted = min(2 * (longest + config.max_new_tokens), policy.config.max_cache_length)
-    wanted = max(wanted, longest + config.max_new_tokens + 16)
+    prompt_columns = bucket_length(max(len(s.history) + len(s.pending) for s in live), 16)
+    # Room for a few more turns before the next compaction, within the sampler's limit.
+    wanted = min(2 * (prompt_columns + config.max_new_tokens), policy.config.max_cache_length)
+    wanted = max(wanted, prompt_columns + config.max_new_tokens)
     prompts = []
     for row, slot in enumerate(live):
         slot.row = row

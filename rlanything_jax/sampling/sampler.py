@@ -33,8 +33,9 @@ class SamplerConfig:
     pad_token_id: int = 0
 
 
-def _bucket(n: int, minimum: int) -> int:
-    """Powers of two up to 1024, then multiples of 1024: few shapes, at most 2x padding."""
+def bucket_length(n: int, minimum: int) -> int:
+    """Powers of two up to 1024, then multiples of 1024: few shapes, at most 2x padding.
+    (Prompts are bucketed with minimum 16, appended tokens with minimum 1.)"""
     n = max(n, minimum)
     if n <= 1024:
         return 1 << (n - 1).bit_length()
@@ -152,16 +153,16 @@ class Sampler:
         """Prefills a batch of token-id prompts into a fresh cache."""
         if not prompts or any(len(p) == 0 for p in prompts):
             raise ValueError("every prompt needs at least one token")
-        batch = _bucket(len(prompts), 1)
-        prompt_length = _bucket(max(len(p) for p in prompts), 16)
+        batch = bucket_length(len(prompts), 1)
+        prompt_length = bucket_length(max(len(p) for p in prompts), 16)
         needed = prompt_length + max_new_tokens
-        cache_length = cache_length or _bucket(needed, self.config.min_window)
+        cache_length = cache_length or bucket_length(needed, self.config.min_window)
         if cache_length > self.config.max_cache_length or needed > cache_length:
             raise ValueError(f"a prompt bucket of {prompt_length} tokens plus {max_new_tokens} new tokens needs "
                              f"{needed} cache columns; cache length {cache_length}, "
                              f"max_cache_length {self.config.max_cache_length}")
         state = decode_lib.init_decode_state(self.model_config, batch, cache_length,
-                                             _bucket(max_new_tokens, 16), self.cache_dtype)
+                                             bucket_length(max_new_tokens, 16), self.cache_dtype)
         state = jax.device_put(state, self._state_shardings(state))
         conversation = Conversation(state=state, num_rows=len(prompts))
         self._append(conversation, prompts, prompt_length)
@@ -171,7 +172,7 @@ class Sampler:
         """Appends each row's next tokens (e.g. the next observation); rows given [] sit the turn out."""
         if len(new_tokens) != conversation.num_rows:
             raise ValueError(f"extend needs one token list per row ({conversation.num_rows}), got {len(new_tokens)}")
-        length = _bucket(max(len(t) for t in new_tokens), 1)
+        length = bucket_length(max(len(t) for t in new_tokens), 1)
         if conversation.used_columns + length > conversation.cache_length:
             raise ValueError(f"the conversation's cache is full: {conversation.used_columns} + {length} columns "
                              f"exceed its length {conversation.cache_length}")
@@ -197,7 +198,7 @@ class Sampler:
         """Generates for every row that has pending input; returns one Completion per real row."""
         state = conversation.state
         if max_new_tokens > state.tokens.shape[1]:
-            size = _bucket(max_new_tokens, 16)
+            size = bucket_length(max_new_tokens, 16)
             state = state.replace(tokens=jnp.zeros((state.done.shape[0], size), jnp.int32),
                                   logprobs=jnp.zeros((state.done.shape[0], size), jnp.float32))
             state = jax.device_put(state, self._state_shardings(state))

@@ -1,0 +1,106 @@
+"""Batched multi-turn rollouts on real ALFWorld games with a tiny random policy and reward model."""
+
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from rlanything_jax.agents.judging import JudgeConfig, judge_episodes
+from rlanything_jax.agents.rollout import RolloutConfig, play_episodes
+from rlanything_jax.agents.text_game import TextGameScenario
+from rlanything_jax.envs import alfworld
+from rlanything_jax.envs.alfworld_knobs import GameKnobs
+from rlanything_jax.envs.base import Task
+from rlanything_jax.envs.runner import EnvRunner
+from rlanything_jax.models import load_pretrained
+from rlanything_jax.sampling.sampler import Sampler, SamplerConfig
+from tests import hf_reference
+
+SCENARIO = TextGameScenario()
+KNOBS = GameKnobs(num_receptacles=5, num_distractors=1)
+
+
+@pytest.fixture(scope="module")
+def sampler(tmp_path_factory, qwen25_tokenizer):
+    path = tmp_path_factory.mktemp("rollout_model")
+    hf_reference.build("qwen2", path, vocab_size=qwen25_tokenizer.vocab_size, tie_word_embeddings=True)
+    return Sampler(load_pretrained(path), tokenizer=qwen25_tokenizer, config=SamplerConfig(max_cache_length=8192))
+
+
+@pytest.fixture(scope="module")
+def tasks(tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("games"))
+    kinds = ("pick_and_place_simple", "pick_heat_then_place_in_recep", "look_at_obj_in_light")
+    return [alfworld.make_task(seed, kind, KNOBS, out) for seed, kind in enumerate(kinds)]
+
+
+@pytest.fixture(scope="module")
+def runner():
+    with EnvRunner(num_workers=2, env_modules=("tests.envs.toy_envs",)) as r:
+        yield r
+
+
+def _check_well_formed(episode, config):
+    assert 1 <= len(episode.steps) <= config.max_steps
+    for before, after in zip(episode.steps, episode.steps[1:]):
+        # The cache is reused: each turn's prompt extends the previous prompt and response.
+        head = before.prompt_tokens + before.response_tokens
+        assert after.prompt_tokens[:len(head)] == head
+    for step in episode.steps:
+        assert len(step.logprobs) == len(step.response_tokens) > 0
+        assert np.all(np.isfinite(step.logprobs)) and np.all(np.asarray(step.logprobs) <= 0)
+        assert step.action in step.observation.admissible_actions
+        assert step.next_observation is not None
+
+
+def test_random_policy_rollout_and_judgments_are_well_formed(sampler, tasks, runner):
+    config = RolloutConfig(group_size=2, max_steps=3, max_new_tokens=8, max_context_tokens=8192)
+    metrics = Counter()
+    episodes = play_episodes(sampler, runner, SCENARIO, tasks, config, metrics=metrics)
+    assert len(episodes) == 6 and {e.group_index for e in episodes} == {0, 1}
+    for episode in episodes:
+        assert episode.env_error is None and episode.end_reason in ("max_steps", "won", "done")
+        _check_well_formed(episode, config)
+    steps = sum(len(e.steps) for e in episodes)
+    parsed = sum(v for k, v in metrics.items() if k.startswith("parse/text_game_action/"))
+    assert parsed == steps == metrics["env_steps"]
+    assert metrics["parse/text_game_action/no_boxed"] > 0   # random text falls back to index 0, counted
+    judge_episodes(sampler, SCENARIO, episodes, JudgeConfig(num_judgments=2, max_new_tokens=6, batch_size=16),
+                   metrics)
+    for episode in episodes:
+        assert episode.judgments.shape == episode.judgment_valid.shape == (len(episode.steps), 2)
+        assert set(np.unique(episode.judgments)) <= {-1, 0, 1}
+        assert len(episode.judge_prompts) == len(episode.steps)
+        assert all(len(tokens) == len(logprobs) for row in episode.judge_samples for tokens, logprobs in row)
+    judged = sum(v for k, v in metrics.items() if k.startswith("parse/text_game_judgment/"))
+    assert judged == 2 * steps
+
+
+def test_forced_expert_actions_win_every_game(sampler, tasks, runner):
+    plans = {t.task_id: alfworld.expert_actions(t) for t in tasks}
+    longest = max(len(p) for p in plans.values())
+    config = RolloutConfig(group_size=2, max_steps=longest + 1, max_new_tokens=4, max_context_tokens=8192)
+
+    def expert(episode, observation):
+        return plans[episode.task.task_id][len(episode.steps) - 1]
+
+    episodes = play_episodes(sampler, runner, SCENARIO, tasks, config, action_override=expert)
+    assert all(e.won and e.end_reason == "won" for e in episodes)
+    assert [len(e.steps) for e in episodes] == [len(plans[e.task.task_id]) for e in episodes]
+
+
+def test_an_environment_killed_mid_episode_ends_only_its_episode(sampler, tasks, runner):
+    doomed = Task("toy/doomed", "toy", "reach a multiple of 3")
+    config = RolloutConfig(group_size=1, max_steps=3, max_new_tokens=4, max_context_tokens=8192)
+
+    def kill_toy_on_second_step(episode, observation):
+        return "sigkill" if episode.task.kind == "toy" and len(episode.steps) == 2 else None
+
+    metrics = Counter()
+    episodes = play_episodes(sampler, runner, SCENARIO, [doomed] + tasks[:2], config,
+                             action_override=kill_toy_on_second_step, metrics=metrics)
+    assert episodes[0].end_reason == "env_error" and episodes[0].env_error and not episodes[0].trainable
+    assert len(episodes[0].steps) == 2
+    for episode in episodes[1:]:
+        assert episode.env_error is None and len(episode.steps) == 3
+    assert metrics["episodes/env_error"] == 1
