@@ -1,0 +1,504 @@
+"""Vectorised environment runner: many live episodes spread over a few worker processes.
+
+The rollout engine asks for one action per live episode and gets every result back in one
+call; each worker receives one message per call holding all of its episodes' operations
+and steps them in order. Workers are started with `spawn` (the parent runs multithreaded
+JAX and must never fork).
+
+Failures end only the episode that caused them, as an `EnvError`:
+- an exception in `reset`/`step` is caught in the worker, which keeps running;
+- a hang first meets a SIGALRM timer in the worker (interrupts Python-level hangs cheaply);
+  one that ignores it is killed by the parent `kill_grace_s` later (so envs must leave
+  SIGALRM / ITIMER_REAL alone);
+- a worker that dies (os._exit, SIGKILL, segfault) or is killed is replaced by a fresh one.
+The other episodes of a replaced worker are restored by re-creating their env and
+replaying the actions the parent recorded (games are deterministic); a replay whose
+observations differ from the recorded ones ends that episode as an EnvError.
+
+Workers know env kinds through `base.make_env` (built-in families) plus `env_modules`,
+modules each worker imports at start so that their `register_env` calls run there too.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import hashlib
+import importlib
+import multiprocessing as mp
+import multiprocessing.connection as mp_connection
+import os
+import pickle
+import signal
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from rlanything_jax.envs.base import Observation, StepResult, Task, make_env
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvError:
+    """An episode the environment ended abnormally: exclude it from training."""
+
+    episode_id: int
+    reason: str
+    cause: str    # "exception" | "timeout" | "crash" | "replay" | "worker"
+
+    @property
+    def env_error(self) -> bool:
+        return True
+
+
+# ----------------------------------------------------------------------------- shared progress
+
+
+class _Progress:
+    """(index of the operation a worker is running, when it started), in shared memory.
+
+    A seqlock rather than a lock: a worker killed while holding a lock would leave the
+    parent blocked forever. Written by the parent just before a request and by the worker
+    while it runs it, never both at once."""
+
+    def __init__(self, buffer):
+        self._buf = buffer      # RawArray("d", 3): sequence number, op index, start time
+
+    def write(self, index: int, started_at: float) -> None:
+        b = self._buf
+        b[0] += 1
+        b[1], b[2] = index, started_at
+        b[0] += 1
+
+    def read(self) -> tuple[int, float]:
+        b = self._buf
+        for _ in range(1000):  # a worker killed mid-write leaves an odd sequence number
+            seq, index, started = b[0], b[1], b[2]
+            if seq == b[0] and seq % 2 == 0:
+                break
+        return int(index), started
+
+
+# ----------------------------------------------------------------------------- worker side
+
+
+class _SoftTimeout(BaseException):
+    """BaseException, so an environment's `except Exception` does not swallow it."""
+
+
+_alarm_armed = False
+
+
+def _on_alarm(signum, frame):
+    if _alarm_armed:
+        raise _SoftTimeout()
+
+
+@contextlib.contextmanager
+def _alarm(seconds: float):
+    global _alarm_armed
+    _alarm_armed = True
+    signal.setitimer(signal.ITIMER_REAL, max(seconds, 1e-3))
+    try:
+        yield
+    finally:
+        _alarm_armed = False
+        signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+def _digest(result: Observation | StepResult) -> str:
+    """What a replay must reproduce: text, actions, done and won (not images or info)."""
+    obs = result.observation if isinstance(result, StepResult) else result
+    key = (obs.text, obs.admissible_actions, getattr(result, "done", None), getattr(result, "won", None))
+    return hashlib.blake2b(repr(key).encode(), digest_size=8).hexdigest()
+
+
+def _close_quietly(env) -> None:
+    if env is not None:
+        with contextlib.suppress(Exception):
+            env.close()
+
+
+def _start_episode(envs: dict, episode_id: int, task: Task, actions: Sequence[str]):
+    _close_quietly(envs.pop(episode_id, None))
+    env = envs[episode_id] = make_env(task.kind)
+    result = env.reset(task)
+    digests = [_digest(result)]
+    for action in actions:
+        result = env.step(action)
+        digests.append(_digest(result))
+    return result, digests
+
+
+def _run_op(op: tuple, envs: dict, boot_error: str | None) -> tuple[str, Any, float]:
+    """(status, pickled value or reason, seconds); status is "ok" or the failure's cause."""
+    kind, episode_id, arg, budget_s = op
+    started = time.perf_counter()
+    try:
+        if boot_error:
+            raise RuntimeError(boot_error)
+        with _alarm(budget_s):
+            if kind == "close":
+                _close_quietly(envs.pop(episode_id, None))
+                value = None
+            elif kind == "start":
+                value = _start_episode(envs, episode_id, *arg)
+            else:
+                result = envs[episode_id].step(arg)
+                value = result, _digest(result)
+        return "ok", pickle.dumps(value), time.perf_counter() - started
+    except _SoftTimeout:
+        status, reason = "timeout", f"{kind} exceeded its {budget_s:.1f}s timeout"
+    except BaseException as e:  # SystemExit included: the env ends, the worker goes on
+        status, reason = "exception", f"{kind} raised {type(e).__name__}: {e}"
+    _close_quietly(envs.pop(episode_id, None))
+    return status, reason, time.perf_counter() - started
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """A hung worker never reads the EOF of a dead parent: have the kernel kill it then.
+    (Linux ties this to the parent *thread* that started the worker.)"""
+    with contextlib.suppress(Exception):
+        import ctypes
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os._exit(1)
+
+
+def _worker_main(conn, progress_buffer, env_modules: Sequence[str], parent_pid: int) -> None:
+    _die_with_parent(parent_pid)
+    with contextlib.suppress(OSError):
+        os.setsid()  # own process group: killing it also kills processes an env started
+    progress = _Progress(progress_buffer)
+    boot_error = None
+    for module in env_modules:
+        try:
+            importlib.import_module(module)
+        except BaseException as e:
+            boot_error = f"worker could not import env module {module!r}: {type(e).__name__}: {e}"
+    signal.signal(signal.SIGALRM, _on_alarm)
+    envs: dict[int, Any] = {}
+    try:
+        while True:
+            try:
+                ops = conn.recv()
+            except EOFError:  # the parent is gone
+                return
+            if ops is None:
+                return
+            replies = []
+            for index, op in enumerate(ops):
+                progress.write(index, time.monotonic())
+                replies.append(_run_op(op, envs, boot_error))
+            progress.write(len(ops), time.monotonic())
+            conn.send(replies)
+    finally:
+        for env in envs.values():
+            _close_quietly(env)
+
+
+# ----------------------------------------------------------------------------- parent side
+
+
+_POLL_S = 0.1
+
+
+@dataclasses.dataclass(frozen=True)
+class _Op:
+    kind: str                 # "start" (reset, then replay actions) | "step" | "close"
+    episode_id: int
+    arg: Any                  # start: (task, actions); step: action; close: None
+    budget_s: float
+    report: bool = True       # False for background restores the caller did not ask about
+
+    @property
+    def label(self) -> str:
+        if self.kind == "start" and self.arg[1]:
+            return f"restore (reset and replay of {len(self.arg[1])} actions)"
+        return "reset" if self.kind == "start" else self.kind
+
+    def wire(self) -> tuple:
+        return self.kind, self.episode_id, self.arg, self.budget_s
+
+
+@dataclasses.dataclass
+class _Episode:
+    task: Task
+    slot: int
+    actions: list[str] = dataclasses.field(default_factory=list)
+    digests: list[str] = dataclasses.field(default_factory=list)   # reset, then one per step
+
+
+@dataclasses.dataclass
+class _Worker:
+    process: Any
+    conn: Any
+    progress: _Progress
+    fresh: bool = True        # has not answered a request yet
+
+
+class EnvRunner:
+    """Steps many episodes at once on `num_workers` processes (default: one per CPU core).
+
+        with EnvRunner(num_workers=2, env_modules=("my.envs",)) as runner:
+            observations = runner.reset({0: task_a, 1: task_b})   # Observation | EnvError
+            results = runner.step({0: "go north", 1: "look"})      # StepResult | EnvError
+            runner.close_episode(0)
+
+    Not thread-safe: drive it from one long-lived thread (workers, including replacements,
+    are killed by the kernel when the thread that started them exits)."""
+
+    def __init__(self, num_workers: int | None = None, step_timeout_s: float = 30.0,
+                 reset_timeout_s: float = 60.0, env_modules: Sequence[str] = (),
+                 kill_grace_s: float = 2.0, startup_timeout_s: float = 120.0, start_method: str = "spawn"):
+        self.step_timeout_s, self.reset_timeout_s = step_timeout_s, reset_timeout_s
+        self.kill_grace_s, self.startup_timeout_s = kill_grace_s, startup_timeout_s
+        self._env_modules = tuple(env_modules)
+        self._ctx = mp.get_context(start_method)
+        self._workers = [self._spawn() for _ in range(num_workers or os.cpu_count() or 1)]
+        self._episodes: dict[int, _Episode] = {}
+        self._closing: list[list[int]] = [[] for _ in self._workers]
+        self._orphan_errors: dict[int, EnvError] = {}  # background restores that failed
+        self._counts: collections.Counter = collections.Counter()
+        self._closed = False
+
+    # -- public API
+
+    def reset(self, tasks: Mapping[int, Task]) -> dict[int, Observation | EnvError]:
+        """Starts one episode per (new) id; each goes to the least loaded worker."""
+        for episode_id in tasks:
+            if episode_id in self._episodes:
+                raise ValueError(f"episode {episode_id} is already live; close it first")
+        loads = [0] * len(self._workers)
+        for episode in self._episodes.values():
+            loads[episode.slot] += 1
+        ops = collections.defaultdict(list)
+        for episode_id, task in tasks.items():
+            slot = min(range(len(loads)), key=lambda s: (loads[s], s))
+            loads[slot] += 1
+            self._orphan_errors.pop(episode_id, None)
+            self._episodes[episode_id] = _Episode(task, slot)
+            ops[slot].append(self._start_op(episode_id, task))
+        results = self._timed_exchange(ops)
+        return {episode_id: results[episode_id] for episode_id in tasks}
+
+    def step(self, actions: Mapping[int, str]) -> dict[int, StepResult | EnvError]:
+        """One action per episode (any subset of the live ones). An id whose episode was lost
+        while the caller was not stepping it gets its EnvError here."""
+        for episode_id in actions:
+            if episode_id not in self._episodes and episode_id not in self._orphan_errors:
+                raise KeyError(f"episode {episode_id} is not live (never reset, closed, or ended by an error)")
+        results: dict[int, Any] = {}
+        ops = collections.defaultdict(list)
+        for episode_id, action in actions.items():
+            if episode_id in self._orphan_errors:
+                results[episode_id] = self._orphan_errors.pop(episode_id)
+            else:
+                slot = self._episodes[episode_id].slot
+                ops[slot].append(_Op("step", episode_id, str(action), self.step_timeout_s))
+        results.update(self._timed_exchange(ops))
+        return {episode_id: results[episode_id] for episode_id in actions}
+
+    def close_episode(self, episode_id: int) -> None:
+        """Frees the episode; its env is closed with the worker's next request."""
+        self._orphan_errors.pop(episode_id, None)
+        episode = self._episodes.pop(episode_id, None)
+        if episode is not None:
+            self._closing[episode.slot].append(episode_id)
+
+    def worker_of(self, episode_id: int) -> int:
+        return self._episodes[episode_id].slot
+
+    @property
+    def live_episodes(self) -> list[int]:
+        return list(self._episodes)
+
+    @property
+    def metrics(self) -> dict[str, float]:
+        """Counts since construction: env_steps (caller-visible), resets, replayed_steps,
+        env_errors (and env_errors/<cause>), worker_restarts, env_time_s (inside env code),
+        wall_s (inside reset/step calls), plus live_episodes."""
+        base = {"env_steps": 0, "resets": 0, "replays": 0, "replayed_steps": 0, "env_errors": 0,
+                "worker_restarts": 0, "env_time_s": 0.0, "wall_s": 0.0}
+        return {**base, **self._counts, "live_episodes": len(self._episodes)}
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for worker in self._workers:
+            with contextlib.suppress(OSError, ValueError):
+                worker.conn.send(None)
+        # Let them close their envs, then kill whatever is left (without reaping first).
+        mp_connection.wait([w.process.sentinel for w in self._workers], timeout=5.0)
+        for worker in self._workers:
+            self._kill(worker)
+        self._episodes.clear()
+
+    def __enter__(self) -> EnvRunner:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- workers
+
+    def _spawn(self) -> _Worker:
+        parent_conn, child_conn = self._ctx.Pipe()
+        buffer = self._ctx.RawArray("d", 3)
+        process = self._ctx.Process(target=_worker_main, args=(child_conn, buffer, self._env_modules, os.getpid()),
+                                    daemon=True, name="env-worker")
+        process.start()
+        child_conn.close()
+        return _Worker(process, parent_conn, _Progress(buffer))
+
+    @staticmethod
+    def _kill(worker: _Worker) -> int | None:
+        """SIGKILLs the worker's process group (with any processes its envs started)."""
+        pid = worker.process.pid
+        with contextlib.suppress(ChildProcessError, ProcessLookupError, PermissionError):
+            # Raises once reaped: only an unreaped pid is sure to still name our group.
+            os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            os.killpg(pid, signal.SIGKILL)
+        with contextlib.suppress(Exception):
+            worker.process.kill()
+        worker.process.join(timeout=5.0)
+        worker.conn.close()
+        return worker.process.exitcode
+
+    # -- requests
+
+    def _timed_exchange(self, ops_by_slot: Mapping[int, list[_Op]]) -> dict[int, Any]:
+        if self._closed:
+            raise RuntimeError("the runner is closed")
+        started = time.perf_counter()
+        results: dict[int, Any] = {}
+        inflight: dict[int, list[_Op]] = {}
+        for slot, ops in ops_by_slot.items():
+            closes = [_Op("close", e, None, self.step_timeout_s, report=False) for e in self._closing[slot]]
+            self._closing[slot] = []
+            self._send(slot, closes + ops, inflight, results)
+        while inflight:
+            self._wait_once(inflight, results)
+        self._counts["wall_s"] += time.perf_counter() - started
+        return results
+
+    def _send(self, slot: int, ops: list[_Op], inflight: dict, results: dict) -> None:
+        worker = self._workers[slot]
+        worker.progress.write(-1, time.monotonic())
+        try:
+            worker.conn.send([op.wire() for op in ops])
+        except (OSError, ValueError):  # died while idle
+            self._replace_worker(slot, ops, "crash", inflight, results)
+            return
+        inflight[slot] = ops
+
+    def _deadline(self, slot: int, ops: list[_Op]) -> float:
+        worker = self._workers[slot]
+        index, started = worker.progress.read()
+        if 0 <= index < len(ops):
+            budget = ops[index].budget_s
+        else:  # not started yet (a fresh worker is still importing) or sending its reply
+            budget = self.startup_timeout_s if (index < 0 and worker.fresh) else self.step_timeout_s
+        return started + budget + self.kill_grace_s
+
+    def _wait_once(self, inflight: dict[int, list[_Op]], results: dict) -> None:
+        waitables = {}
+        for slot in inflight:
+            worker = self._workers[slot]
+            waitables[worker.conn] = waitables[worker.process.sentinel] = slot
+        first_deadline = min(self._deadline(slot, ops) for slot, ops in inflight.items())
+        # Deadlines move as workers go from op to op (e.g. from start-up to a short step): re-read often.
+        timeout = min(max(0.0, first_deadline - time.monotonic()), _POLL_S)
+        ready = mp_connection.wait(list(waitables), timeout=timeout)
+        for slot in sorted({waitables[r] for r in ready}):
+            ops, worker, replies = inflight.pop(slot), self._workers[slot], None
+            with contextlib.suppress(EOFError, OSError):
+                if worker.conn.poll():
+                    replies = worker.conn.recv()
+            if replies is None:
+                self._replace_worker(slot, ops, "crash", inflight, results)
+            else:
+                worker.fresh = False
+                for op, reply in zip(ops, replies):
+                    self._apply(op, *reply, results)
+        now = time.monotonic()
+        for slot, ops in list(inflight.items()):
+            if now > self._deadline(slot, ops):
+                del inflight[slot]
+                self._replace_worker(slot, ops, "timeout", inflight, results)
+
+    def _apply(self, op: _Op, status: str, data: Any, seconds: float, results: dict) -> None:
+        self._counts["env_time_s"] += seconds
+        if op.kind == "close":
+            return
+        if status != "ok":
+            return self._fail(op, EnvError(op.episode_id, data, status), results)
+        try:
+            value = pickle.loads(data)
+        except Exception as e:
+            return self._fail(op, EnvError(op.episode_id, f"result could not be unpickled: {e!r}", "exception"), results)
+        episode = self._episodes[op.episode_id]
+        if op.kind == "step":
+            result, digest = value
+            episode.actions.append(op.arg)
+            episode.digests.append(digest)
+            self._counts["env_steps"] += 1
+        else:
+            result, digests = value
+            recorded, actions = episode.digests, list(op.arg[1])
+            if digests[:len(recorded)] != recorded:
+                at = next(i for i, (a, b) in enumerate(zip(digests, recorded)) if a != b)
+                reason = f"replay diverged from the recorded episode at step {at} (0 = reset)"
+                return self._fail(op, EnvError(op.episode_id, reason, "replay"), results)
+            replayed = max(len(recorded) - 1, 0)
+            self._counts["resets" if not recorded else "replays"] += 1
+            self._counts["replayed_steps"] += replayed
+            self._counts["env_steps"] += len(actions) - replayed
+            episode.actions, episode.digests = actions, list(digests)
+        if op.report:
+            results[op.episode_id] = result
+
+    def _fail(self, op: _Op, error: EnvError, results: dict) -> None:
+        self._episodes.pop(op.episode_id, None)
+        self._counts["env_errors"] += 1
+        self._counts[f"env_errors/{error.cause}"] += 1
+        if op.report:
+            results[op.episode_id] = error
+        else:
+            self._orphan_errors[op.episode_id] = error
+
+    def _replace_worker(self, slot: int, ops: list[_Op], cause: str, inflight: dict, results: dict) -> None:
+        """Kills the worker, ends the episode it was running and restores the others."""
+        worker = self._workers[slot]
+        index, _ = worker.progress.read()
+        exit_code = self._kill(worker)
+        self._workers[slot] = self._spawn()
+        self._counts["worker_restarts"] += 1
+        culprit = ops[index] if 0 <= index < len(ops) else None
+        # A fresh worker that fails before running anything would fail again: give up on its work.
+        hopeless = culprit is None and worker.fresh
+        what = "hung" if cause == "timeout" else f"died (exit code {exit_code})"
+        named = {op.episode_id for op in ops}
+        background = [self._start_op(e, ep.task, ep.actions, report=False)
+                      for e, ep in self._episodes.items() if ep.slot == slot and e not in named]
+        restore = []
+        for op in [op for op in ops if op.kind != "close"] + background:
+            if op is culprit:
+                self._fail(op, EnvError(op.episode_id, f"worker {what} during this episode's {op.label}", cause), results)
+            elif hopeless:
+                self._fail(op, EnvError(op.episode_id, f"a fresh worker {what} before running it", "worker"), results)
+            else:
+                restore.append(self._restore_op(op))
+        if restore:
+            self._send(slot, restore, inflight, results)
+
+    def _start_op(self, episode_id: int, task: Task, actions: Sequence[str] = (), report: bool = True) -> _Op:
+        budget = self.reset_timeout_s + len(actions) * self.step_timeout_s
+        return _Op("start", episode_id, (task, tuple(actions)), budget, report)
+
+    def _restore_op(self, op: _Op) -> _Op:
+        """The op that rebuilds the episode in a fresh worker, ending where `op` would have."""
+        episode = self._episodes[op.episode_id]
+        actions = (*episode.actions, op.arg) if op.kind == "step" else op.arg[1]
+        return self._start_op(op.episode_id, episode.task, actions, op.report)
