@@ -136,7 +136,8 @@ class Decoder(nnx.Module):
         rngs = rngs if rngs is not None else nnx.Rngs(0)
         self.config = cfg
         self.dtype = dtype
-        self.embed = nnx.Param(_init(rngs, (cfg.vocab_size, cfg.hidden_size), param_dtype, 1),
+        # Scale 1/sqrt(hidden): a tied output layer then starts with unit-scale logits.
+        self.embed = nnx.Param(_init(rngs, (cfg.vocab_size, cfg.hidden_size), param_dtype, cfg.hidden_size),
                                logical_axes=("vocab", "embed"))
         self.layers = nnx.List([DecoderLayer(cfg, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
                                 for _ in range(cfg.num_layers)])

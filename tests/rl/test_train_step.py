@@ -94,7 +94,7 @@ TARGET = [5, 9, 13, 17]
 def test_policy_learns_a_rewarded_token_sequence():
     """Reward = fraction of the 4 response tokens equal to TARGET; G = 16 rollouts per step."""
     graphdef, params = nnx.split(Decoder(CFG, rngs=nnx.Rngs(1)))
-    tx = make_optimizer({**ADAMW, "learning_rate": 1e-2, "weight_decay": 0.0})
+    tx = make_optimizer({**ADAMW, "learning_rate": 3e-2, "weight_decay": 0.0})
     state = init_train_state(params, tx)
     step = jax.jit(lambda s, b: train_step(s, b, TrainSpec(graphdef, tx, kl_beta=0.0)))
     sampler = Sampler(nnx.merge(graphdef, params))
