@@ -1,12 +1,14 @@
 """ALFWorld-style text games (reference: configs/alfworld_rl.yaml).
 
 Variants: `paper` (the reference's constants, Qwen2.5-7B-Instruct policy),
-`cpu` (a small run on the packaged model), `tpu_v5e_64` (paper constants on a v5e-64 pod).
+`cpu` (a small run on the packaged model), `tpu_v5e_64` (paper constants on a v5e-64 pod),
+`scratch` (the embedded CPU run: small scratch-built models warm-started on expert games,
+easy pick-and-place games, procedural task rewrites).
 """
 
 from configs import common
 
-VARIANTS = ("paper", "cpu", "tpu_v5e_64")
+VARIANTS = ("paper", "cpu", "tpu_v5e_64", "scratch")
 
 
 def get_config(variant: str = "paper"):
@@ -24,4 +26,25 @@ def get_config(variant: str = "paper"):
         cfg.rollout.update(tasks_per_step=2, group_size=4, max_turns=8, max_new_tokens=96)
         cfg.reward.max_new_tokens = 96
         cfg.curriculum.update(candidates_per_task=2, max_new_tokens=128)
+    if variant == "scratch":
+        scratch_run(cfg)
     return cfg
+
+
+def scratch_run(cfg) -> None:
+    """Small models built from the run's own text, trained in minutes on 2 CPU cores."""
+    common.use_float32_models(cfg)
+    for role in ("policy", "reward"):
+        cfg.model[role].path = "scratch"
+    cfg.env.update(task_types="pick_and_place_simple", num_train_tasks=32, num_eval_tasks=16,
+                   knobs={"num_receptacles": 4, "num_distractors": 0, "target_instances": 1})
+    cfg.loop.update(total_steps=8, save_every=1, eval_every=4)
+    cfg.rollout.update(tasks_per_step=8, group_size=4, max_turns=10, max_new_tokens=8, max_prompt_tokens=3072,
+                       temperature=1.0, top_p=1.0)
+    cfg.reward.update(max_new_tokens=8, temperature=1.0, top_p=1.0)
+    cfg.eval.update(group_size=2, temperature=1.0, max_turns=10)
+    cfg.curriculum.generator = "procedural"
+    cfg.warm_start.update(enabled=True, num_tasks=32, policy_epochs=2, reward_epochs=1, learning_rate=3e-3)
+    for role in ("policy", "reward"):
+        cfg.train[role].update(learning_rate=3e-4, updates_per_step=2, micro_batch_size=16, kl_beta=0.0,
+                               max_prompt_tokens=3072, max_response_tokens=16, aggregation="token_mean")

@@ -16,6 +16,12 @@ from rlanything_jax.sharding import DEFAULT_LOGICAL_AXIS_RULES
 SMOLLM2 = "package:smollm2-135m-instruct"
 
 
+def scratch_model_config() -> ml_collections.ConfigDict:
+    """A small decoder and BPE tokenizer built from the run's own text (model path "scratch")."""
+    return ml_collections.ConfigDict({"num_layers": 4, "hidden_size": 128, "intermediate_size": 384,
+                                      "num_heads": 4, "num_kv_heads": 2, "head_dim": 32, "vocab_size": 1024})
+
+
 def model_config(path: str, dtype: str = "bfloat16") -> ml_collections.ConfigDict:
     return ml_collections.ConfigDict({
         "path": path,            # local Hugging Face directory or "package:NAME"
@@ -45,6 +51,7 @@ def base_config(scenario: str) -> ml_collections.ConfigDict:
         "policy": model_config(SMOLLM2),
         "reward": model_config(SMOLLM2),
         "environment": model_config(SMOLLM2),   # frozen task-rewriting LLM
+        "scratch": scratch_model_config(),
     })
 
     cfg.mesh = ml_collections.ConfigDict({"shape": {"data": 1, "fsdp": -1, "tensor": 1}})
@@ -82,6 +89,7 @@ def base_config(scenario: str) -> ml_collections.ConfigDict:
         "accept_low": 0.2,
         "accept_high": 0.8,
         "candidates_per_task": 8,
+        "generator": "env_model",   # the environment-model LLM (reference), or "procedural" (difficulty knobs)
         "temperature": 0.8,
         "max_new_tokens": 8192,
     })
@@ -92,6 +100,26 @@ def base_config(scenario: str) -> ml_collections.ConfigDict:
         "advantage_singleton": "raw",  # a step index only one rollout reaches: "raw" (reference) or "zero"
         "policy_acc_low": 1 / 8,    # policy data: tasks with accuracy in [low, high]
         "policy_acc_high": 7 / 8,
+    })
+    cfg.ablation = "rlanything"   # or outcome_only, fixed_reward_model, policy_reward, step_only (Table 1, Fig. 1)
+    cfg.env = ml_collections.ConfigDict({
+        "kind": "alfworld",          # alfworld | textworld | coding
+        "task_types": "pick_and_place_simple,pick_clean_then_place_in_recep,pick_heat_then_place_in_recep,"
+                      "pick_cool_then_place_in_recep,look_at_obj_in_light,pick_two_obj_and_place",
+        "num_train_tasks": 64,       # the task pool's slots
+        "num_eval_tasks": 32,        # held-out tasks (seeds disjoint from training)
+        "knobs": {"num_receptacles": 10, "num_distractors": 4},
+        "workers": 0,                # environment worker processes (0: one per CPU core)
+        "step_timeout_s": 30.0,
+    })
+    cfg.eval = ml_collections.ConfigDict({"group_size": 2, "temperature": 0.8, "max_turns": 40})
+    cfg.warm_start = ml_collections.ConfigDict({
+        "enabled": False,            # SFT of policy and reward model on expert data before RL
+        "num_tasks": 32,
+        "policy_epochs": 2,
+        "reward_epochs": 1,
+        "learning_rate": 1e-5,
+        "negatives_per_step": 1,
     })
     cfg.demo = ml_collections.ConfigDict({
         # Until the RL loop lands, main shows the policy model answering this chat prompt.

@@ -72,6 +72,8 @@ def _positive(value) -> bool:
     return _number(value) and value > 0
 
 
+ABLATIONS = ("rlanything", "outcome_only", "fixed_reward_model", "policy_reward", "step_only")
+
 _SCALAR_CHECKS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("scenario", lambda v: v in SCENARIOS, f"must be one of {SCENARIOS}"),
     ("seed", _non_negative_int, "must be a non-negative integer"),
@@ -108,6 +110,21 @@ _SCALAR_CHECKS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("train.advantage_singleton", lambda v: v in ("raw", "zero"), "must be 'raw' or 'zero'"),
     ("train.policy_acc_low", _fraction, "must be in [0, 1]"),
     ("train.policy_acc_high", _fraction, "must be in [0, 1]"),
+    ("ablation", lambda v: v in ABLATIONS, f"must be one of {ABLATIONS}"),
+    ("env.kind", lambda v: v in ("alfworld", "textworld", "coding"), "must be alfworld, textworld or coding"),
+    ("env.num_train_tasks", _positive_int, "must be a positive integer"),
+    ("env.num_eval_tasks", _non_negative_int, "must be a non-negative integer"),
+    ("env.workers", _non_negative_int, "must be a non-negative integer (0 = one per core)"),
+    ("env.step_timeout_s", _positive, "must be > 0"),
+    ("eval.group_size", _positive_int, "must be a positive integer"),
+    ("eval.temperature", lambda v: _number(v) and v >= 0, "must be >= 0 (0 = greedy)"),
+    ("eval.max_turns", _positive_int, "must be a positive integer"),
+    ("warm_start.enabled", lambda v: isinstance(v, bool), "must be true or false"),
+    ("warm_start.num_tasks", _positive_int, "must be a positive integer"),
+    ("warm_start.policy_epochs", _non_negative_int, "must be a non-negative integer"),
+    ("warm_start.reward_epochs", _non_negative_int, "must be a non-negative integer"),
+    ("warm_start.learning_rate", _positive, "must be > 0"),
+    ("curriculum.generator", lambda v: v in ("env_model", "procedural"), "must be 'env_model' or 'procedural'"),
     ("demo.prompt", lambda v: isinstance(v, str), "must be a string"),
     ("demo.max_new_tokens", _positive_int, "must be a positive integer"),
 )
@@ -151,7 +168,7 @@ def _validate_models(cfg: ml_collections.ConfigDict) -> None:
                 _fail(key, f"must be one of {DTYPES}", _get(cfg, key))
         path = _get(cfg, f"model.{role}.path")
         if not isinstance(path, str) or not path:
-            _fail(f"model.{role}.path", "must be a local Hugging Face directory or 'package:NAME'", path)
+            _fail(f"model.{role}.path", "must be a local Hugging Face directory, 'package:NAME' or 'scratch'", path)
 
 
 def _validate_mesh(cfg: ml_collections.ConfigDict) -> None:

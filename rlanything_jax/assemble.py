@@ -1,0 +1,196 @@
+"""Assembling a run from its config: tasks, models, samplers, learners, generator, loop settings.
+
+Nothing here trains or plays; `run.py` drives what this builds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from flax import nnx
+
+from rlanything_jax import sharding
+from rlanything_jax.agents.judging import JudgeConfig
+from rlanything_jax.agents.rollout import RolloutConfig
+from rlanything_jax.agents.trajectory import Episode
+from rlanything_jax.envs.base import Task
+from rlanything_jax.loop import LoopSettings
+from rlanything_jax.rl.examples import SignalConfig
+from rlanything_jax.rl.phase import Learner
+
+EVAL_SEED_OFFSET = 1_000_000  # held-out tasks use seeds no training task uses
+
+
+# ---------------------------------------------------------------- tasks
+
+def build_tasks(cfg, games_dir: Path) -> tuple[list[Task], list[Task]]:
+    """(training tasks, held-out tasks) for the configured environment."""
+    kinds = [k.strip() for k in cfg.env.task_types.split(",") if k.strip()]
+    knobs = dict(cfg.env.knobs)
+    n_train, n_eval = cfg.env.num_train_tasks, cfg.env.num_eval_tasks
+
+    if cfg.env.kind == "alfworld":
+        from rlanything_jax.envs import alfworld
+        from rlanything_jax.envs.alfworld_knobs import GameKnobs
+
+        def make(seed):
+            return alfworld.make_task(seed, kinds[seed % len(kinds)], GameKnobs(**knobs), str(games_dir))
+    elif cfg.env.kind == "textworld":
+        from rlanything_jax.envs import textworld
+
+        def make(seed):
+            return textworld.make_task(seed, textworld.TextWorldKnobs(kind=kinds[seed % len(kinds)], **knobs),
+                                       str(games_dir))
+    else:
+        from rlanything_jax.envs import coding
+
+        tasks = coding.builtin_stdio_tasks() if kinds == ["stdio"] else coding.humaneval_tasks()
+        return tasks[:n_train], tasks[n_train:n_train + n_eval]
+    return [make(seed) for seed in range(n_train)], [make(EVAL_SEED_OFFSET + s) for s in range(n_eval)]
+
+
+def expert_plan(task: Task) -> list[str]:
+    if task.kind == "alfworld":
+        from rlanything_jax.envs.alfworld import expert_actions
+    elif task.kind == "textworld":
+        from rlanything_jax.envs.textworld import expert_actions
+    else:
+        raise ValueError(f"no expert for {task.kind} tasks")
+    return expert_actions(task)
+
+
+@functools.lru_cache(maxsize=4096)
+def _cached_plan(task_id: str, task: Task) -> tuple[str, ...]:
+    return tuple(expert_plan(task))
+
+
+def walkthrough_step_label(episode: Episode, step_index: int) -> int | None:
+    """Expert label of a step: +1 when its action is a not-yet-taken step of the expert's
+    walkthrough (it makes progress), -1 otherwise; None for tasks without an expert."""
+    if episode.task.kind not in ("alfworld", "textworld"):
+        return None
+    plan = _cached_plan(episode.task.task_id, episode.task)
+    action = episode.steps[step_index].action
+    earlier = {s.action for s in episode.steps[:step_index]}
+    return 1 if action in plan and action not in earlier else -1
+
+
+# ---------------------------------------------------------------- models
+
+def scratch_corpus(cfg, tasks: list[Task], env) -> list[str]:
+    """Text a scratch tokenizer is fitted to: expert dialogues and judge prompts, rendered as chats."""
+    from rlanything_jax import sft
+    from rlanything_jax.agents.text_game import TextGameScenario
+    from rlanything_jax.models.scratch import CHATML_TEMPLATE
+
+    template = jinja2.Template(CHATML_TEMPLATE)
+    scenario = TextGameScenario()
+    texts = []
+    for task in tasks:
+        steps = sft.play_expert(task, expert_plan(task), env)
+        dialogue = None
+        for step in steps:
+            answer = sft.answer_text(step.observation, step.action)
+            if dialogue is None:
+                from rlanything_jax.agents.prompts import PolicyDialogue
+                dialogue = PolicyDialogue.start(step.observation.text, step.observation.admissible_actions)
+            dialogue = dialogue.advance(answer, step.next_observation.text, step.next_observation.admissible_actions,
+                                        action_taken=step.action)
+        if dialogue is not None:
+            texts.append(template.render(messages=dialogue.messages, add_generation_prompt=False))
+        if steps:
+            episode = sft._episode_of(task, [(s.observation, s.action, sft.answer_text(s.observation, s.action),
+                                              s.next_observation) for s in steps])
+            texts.append(template.render(messages=scenario.judge_messages(task, episode, len(steps) - 1),
+                                         add_generation_prompt=True) + "\\boxed{1}\\boxed{-1}")
+    return texts
+
+
+def model_dir(cfg, role: str, workdir: Path, corpus_fn) -> Path:
+    """The role's Hugging Face directory; "scratch" builds one in the workdir (once)."""
+    from rlanything_jax.models.registry import resolve_model_dir
+    from rlanything_jax.models.scratch import ScratchArchitecture, build_scratch_model_dir
+
+    path = cfg.model[role].path
+    if path != "scratch":
+        return resolve_model_dir(path)
+    out = workdir / "models" / f"scratch-{role}"
+    if not (out / "config.json").is_file():
+        arch = ScratchArchitecture(**dict(cfg.model.scratch))
+        build_scratch_model_dir(out, corpus_fn(), arch, seed=cfg.seed + (0 if role == "policy" else 1))
+    return out
+
+
+def load_model(cfg, role: str, directory: Path, mesh):
+    from rlanything_jax.models import load_pretrained
+    from rlanything_jax.models.tokenizer import Tokenizer
+
+    model = load_pretrained(directory, dtype=cfg.model[role].dtype, mesh=mesh, rules=cfg.sharding.logical_axis_rules,
+                            compute_dtype=cfg.model[role].compute_dtype)
+    return model, Tokenizer.from_dir(directory)
+
+
+def learner_for(cfg, role: str, model, tokenizer, mesh, learning_rate: float | None = None) -> Learner:
+    train_config = dict(cfg.train[role])
+    if learning_rate is not None:
+        train_config["learning_rate"] = learning_rate
+    graphdef, _ = nnx.split(model)
+    return Learner(graphdef=graphdef, train_config=train_config, mesh=mesh, eos_id=tokenizer.eos_id,
+                   pad_id=tokenizer.pad_id, rules=cfg.sharding.logical_axis_rules)
+
+
+def build_mesh(cfg):
+    return sharding.build_mesh(dict(cfg.mesh.shape))
+
+
+# ---------------------------------------------------------------- settings
+
+def loop_settings(cfg) -> LoopSettings:
+    """The loop's constants, with the ablation switches of the paper's Table 1 and Fig. 1."""
+    ablation = cfg.ablation
+    signal = SignalConfig(num_judgments=cfg.reward.num_judgments, step_weight=cfg.reward.step_weight,
+                          singleton=cfg.train.advantage_singleton, policy_acc_low=cfg.train.policy_acc_low,
+                          policy_acc_high=cfg.train.policy_acc_high, rm_acc_low=cfg.reward.band_low,
+                          rm_acc_high=cfg.reward.band_high, invalid_penalty=cfg.reward.invalid_judgment_reward)
+    judge_steps = cfg.env.kind != "coding" and ablation != "outcome_only"
+    if ablation == "outcome_only":
+        signal = dataclasses.replace(signal, step_weight=0.0)
+    if ablation == "step_only":
+        signal = dataclasses.replace(signal, outcome_weight=0.0)
+    return LoopSettings(
+        tasks_per_step=cfg.rollout.tasks_per_step,
+        rollout=RolloutConfig(group_size=cfg.rollout.group_size, max_steps=cfg.rollout.max_turns,
+                              max_new_tokens=cfg.rollout.max_new_tokens,
+                              max_context_tokens=cfg.rollout.max_prompt_tokens + cfg.rollout.max_new_tokens,
+                              temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p, top_k=cfg.rollout.top_k),
+        judge=JudgeConfig(num_judgments=cfg.reward.num_judgments, max_new_tokens=cfg.reward.max_new_tokens,
+                          temperature=cfg.reward.temperature, top_p=cfg.reward.top_p,
+                          max_prompt_tokens=cfg.train.reward.max_prompt_tokens),
+        signal=signal,
+        judge_steps=judge_steps,
+        train_reward_model=judge_steps and cfg.train.train_reward_model and ablation in ("rlanything", "policy_reward",
+                                                                                       "step_only"),
+        adapt_environment=cfg.curriculum.enabled and ablation == "rlanything",
+        harder_at=cfg.curriculum.harder_at, easier_at=cfg.curriculum.easier_at,
+        accept_low=cfg.curriculum.accept_low, accept_high=cfg.curriculum.accept_high)
+
+
+def eval_rollout(cfg, settings: LoopSettings) -> RolloutConfig:
+    return dataclasses.replace(settings.rollout, group_size=cfg.eval.group_size, max_steps=cfg.eval.max_turns,
+                               temperature=cfg.eval.temperature, seed=cfg.seed)
+
+
+def task_generator(cfg, workdir: Path, environment_sampler: Any | None):
+    from rlanything_jax.curriculum.generators import EnvModelGenerator, GeneratorChain, ProceduralGenerator
+
+    procedural = ProceduralGenerator(str(workdir / "games" / "candidates"))
+    if cfg.curriculum.generator == "procedural" or environment_sampler is None:
+        return procedural
+    model = EnvModelGenerator(environment_sampler, str(workdir / "games" / "candidates"),
+                              num_tries=cfg.curriculum.candidates_per_task, temperature=cfg.curriculum.temperature,
+                              max_new_tokens=cfg.curriculum.max_new_tokens, seed=cfg.seed)
+    return GeneratorChain([model])

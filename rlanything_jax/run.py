@@ -1,0 +1,179 @@
+"""Driving a whole run: warm start, RL steps, held-out evaluation, checkpoints, resume, outputs.
+
+Everything a step changes is in `SystemState` and is checkpointed (policy and reward
+train states with their optimizer moments, the task pool, the step); the samplers are
+rebuilt from the restored params. Re-running the same command after a crash resumes
+from the newest readable checkpoint; metrics lines written after it are dropped.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from rlanything_jax import assemble, sft
+from rlanything_jax.checkpoint import SystemCheckpointer, abstract_like
+from rlanything_jax.curriculum.task_pool import TaskPool, pool_from_json, pool_to_json
+from rlanything_jax.loop import Services, SystemState, evaluate, rl_step
+from rlanything_jax.metrics import MetricsWriter, format_step_line, plot_curves, read_metrics
+from rlanything_jax.rl.train_state import init_train_state
+from rlanything_jax.sampling.sampler import Sampler, SamplerConfig
+
+CURVES = ("rollout/success_rate", "eval/success_rate", "reward_model/step_accuracy",
+          "reward_model/outcome_accuracy", "curriculum/accepted_total", "time/step_s")
+
+
+def _warm_start(cfg, services: Services, state: SystemState, train_tasks, env, log) -> SystemState:
+    """SFT of policy and reward model on the expert's play of `warm_start.num_tasks` training tasks."""
+    rng = np.random.default_rng(cfg.seed)
+    tasks = train_tasks[:cfg.warm_start.num_tasks]
+    policy_tok, reward_tok = services.policy_sampler.tokenizer, services.reward_sampler.tokenizer
+    policy_examples, reward_examples = [], []
+    for task in tasks:
+        steps = sft.play_expert(task, assemble.expert_plan(task), env)
+        policy_examples += sft.policy_sft_examples(policy_tok, steps)
+        if cfg.warm_start.reward_epochs:
+            reward_examples += sft.reward_sft_examples(reward_tok, task, steps, rng,
+                                                       cfg.warm_start.negatives_per_step, env)
+    log(f"warm start: {len(policy_examples)} policy and {len(reward_examples)} reward-model examples "
+        f"from {len(tasks)} expert games")
+    lr = cfg.warm_start.learning_rate
+    learner = _with_learning_rate(services.policy_learner, lr)
+    warm = init_train_state(state.policy.params, learner.tx)
+    warm, _ = sft.supervised_epochs(learner, warm, policy_examples, cfg.warm_start.policy_epochs, cfg.seed,
+                                    "policy", log)
+    policy = init_train_state(warm.params, services.policy_learner.tx)
+    reward = state.reward
+    if reward_examples:
+        learner = _with_learning_rate(services.reward_learner, lr)
+        warm = init_train_state(state.reward.params, learner.tx)
+        warm, _ = sft.supervised_epochs(learner, warm, reward_examples, cfg.warm_start.reward_epochs, cfg.seed,
+                                        "reward", log)
+        reward = init_train_state(warm.params, services.reward_learner.tx)
+    services.policy_sampler.update_params(policy.params)
+    services.reward_sampler.update_params(reward.params)
+    return SystemState(step=0, policy=policy, reward=reward, pool=state.pool)
+
+
+def _with_learning_rate(learner, learning_rate: float):
+    import dataclasses
+
+    return dataclasses.replace(learner, train_config={**learner.train_config, "learning_rate": learning_rate},
+                               compiled={})
+
+
+def _save(checkpointer: SystemCheckpointer, state: SystemState, extra: dict) -> None:
+    checkpointer.save(state.step, {"policy": state.policy, "reward": state.reward},
+                      {"pool": pool_to_json(state.pool), "step": state.step, **extra})
+
+
+def run_rl(cfg, log: Callable[[str], None] = print) -> dict:
+    """Runs (or resumes) the configured RL run; returns the summary written to summary.json."""
+    workdir = Path(cfg.workdir).resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    mesh = assemble.build_mesh(cfg)
+    log(f"building {cfg.env.kind} tasks in {workdir / 'games'}")
+    train_tasks, eval_tasks = assemble.build_tasks(cfg, workdir / "games")
+    from rlanything_jax.envs.base import make_env
+
+    expert_env = make_env(cfg.env.kind)
+
+    def corpus():
+        return assemble.scratch_corpus(cfg, train_tasks[:cfg.warm_start.num_tasks], expert_env)
+
+    samplers, learners = {}, {}
+    for role in ("policy", "reward"):
+        directory = assemble.model_dir(cfg, role, workdir, corpus)
+        model, tokenizer = assemble.load_model(cfg, role, directory, mesh)
+        max_cache = 2 * (cfg.rollout.max_prompt_tokens + cfg.rollout.max_new_tokens)
+        samplers[role] = Sampler(model, tokenizer, mesh=mesh, rules=cfg.sharding.logical_axis_rules,
+                                 config=SamplerConfig(max_cache_length=max(max_cache, 1024),
+                                                      pad_token_id=tokenizer.pad_id))
+        learners[role] = assemble.learner_for(cfg, role, model, tokenizer, mesh)
+        log(f"{role} model: {directory}")
+    settings = assemble.loop_settings(cfg)
+    environment_sampler = None
+    if settings.adapt_environment and cfg.curriculum.generator == "env_model":
+        directory = assemble.model_dir(cfg, "environment", workdir, corpus)
+        model, tokenizer = assemble.load_model(cfg, "environment", directory, mesh)
+        environment_sampler = Sampler(model, tokenizer, mesh=mesh, rules=cfg.sharding.logical_axis_rules)
+    from rlanything_jax.envs.runner import EnvRunner
+
+    runner = EnvRunner(num_workers=cfg.env.workers or None, step_timeout_s=cfg.env.step_timeout_s)
+    scenario = _scenario(cfg)
+    services = Services(policy_sampler=samplers["policy"], reward_sampler=samplers["reward"],
+                        policy_learner=learners["policy"], reward_learner=learners["reward"], runner=runner,
+                        scenario=scenario, generator=assemble.task_generator(cfg, workdir, environment_sampler),
+                        step_labeler=assemble.walkthrough_step_label, seed=cfg.seed, log=log)
+    state = SystemState(step=0,
+                        policy=init_train_state(_params(samplers["policy"]), learners["policy"].tx),
+                        reward=init_train_state(_params(samplers["reward"]), learners["reward"].tx),
+                        pool=TaskPool.from_tasks(train_tasks))
+    checkpointer = SystemCheckpointer(workdir / "checkpoints", max_to_keep=2)
+    writer = MetricsWriter(workdir)
+    restored = checkpointer.restore_latest(abstract_like({"policy": state.policy, "reward": state.reward}))
+    eval_rollout = assemble.eval_rollout(cfg, settings)
+    try:
+        if restored is not None:
+            state = SystemState(step=restored.step, policy=restored.arrays["policy"],
+                                reward=restored.arrays["reward"], pool=pool_from_json(restored.json["pool"]))
+            samplers["policy"].update_params(state.policy.params)
+            samplers["reward"].update_params(state.reward.params)
+            writer.resume(state.step)
+            log(f"resumed from step {state.step} ({workdir / 'checkpoints'})")
+        else:
+            writer.resume(None)
+            if cfg.warm_start.enabled:
+                state = _warm_start(cfg, services, state, train_tasks, expert_env, log)
+            line = evaluate(samplers["policy"], runner, scenario, eval_tasks, eval_rollout) if eval_tasks else {}
+            writer.write(0, line)
+            log(f"step 0 (warm start): held-out success {line.get('eval/success_rate', float('nan')):.3f}")
+            _save(checkpointer, state, {})
+        while state.step < cfg.loop.total_steps:
+            state, metrics = rl_step(state, services, settings)
+            if eval_tasks and (state.step % cfg.loop.eval_every == 0 or state.step == cfg.loop.total_steps):
+                metrics.update(evaluate(samplers["policy"], runner, scenario, eval_tasks, eval_rollout))
+            writer.write(state.step, metrics)
+            log(format_step_line(state.step, cfg.loop.total_steps, metrics))
+            if state.step % cfg.loop.save_every == 0 or state.step == cfg.loop.total_steps:
+                _save(checkpointer, state, {})
+    finally:
+        checkpointer.close()
+        writer.close()
+        runner.close()
+    return _finish(cfg, workdir, time.perf_counter() - started)
+
+
+def _params(sampler: Sampler):
+    return sampler.params
+
+
+def _scenario(cfg):
+    if cfg.env.kind == "coding":
+        from rlanything_jax.agents.coding_scenario import CodingScenario
+        return CodingScenario()
+    from rlanything_jax.agents.text_game import TextGameScenario
+    return TextGameScenario()
+
+
+def _finish(cfg, workdir: Path, seconds: float) -> dict:
+    lines = read_metrics(workdir / "metrics.jsonl")
+    evals = [(line["step"], line["eval/success_rate"]) for line in lines
+             if isinstance(line.get("eval/success_rate"), float) and not math.isnan(line["eval/success_rate"])]
+    summary = {"scenario": cfg.env.kind, "ablation": cfg.ablation, "seed": cfg.seed, "steps": cfg.loop.total_steps,
+               "held_out_success_start": evals[0][1] if evals else None,
+               "held_out_success_end": evals[-1][1] if evals else None,
+               "accepted_tasks": max((line.get("curriculum/accepted_total", 0) for line in lines), default=0),
+               "seconds_this_session": round(seconds, 1)}
+    for key in ("reward_model/step_accuracy", "reward_model/outcome_accuracy"):
+        values = [line[key] for line in lines if isinstance(line.get(key), float)]
+        summary[key + "_first"], summary[key + "_last"] = (values[0], values[-1]) if values else (None, None)
+    (workdir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    plot_curves(lines, CURVES, workdir / "curves.png", title=f"{cfg.env.kind} / {cfg.ablation} / seed {cfg.seed}")
+    return summary
