@@ -1,0 +1,34 @@
+"""`python -m rlanything_jax.envs.play`: transcripts and the JSON summary on the last line."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _play(*args, tmp_path):
+    result = subprocess.run([sys.executable, "-m", "rlanything_jax.envs.play", *args, "--out-dir", str(tmp_path)],
+                            cwd=ROOT, capture_output=True, text=True, timeout=600)
+    return result
+
+
+@pytest.mark.parametrize("args", [
+    ("--env", "alfworld", "--seed", "2", "--task-type", "pick_heat_then_place_in_recep"),
+    ("--env", "coding", "--seed", "1", "--task-type", "stdio"),
+    ("--env", "coding", "--seed", "7"),
+])
+def test_expert_plays_and_wins(args, tmp_path):
+    result = _play(*args, "--expert", tmp_path=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    assert summary["won"] is True and summary["steps"] >= 1 and summary["task_id"]
+    assert "--- observation" in result.stdout
+
+
+def test_bad_task_type_is_a_clear_error(tmp_path):
+    result = _play("--env", "alfworld", "--task-type", "juggle", "--expert", tmp_path=tmp_path)
+    assert result.returncode == 2 and "must be one of" in result.stderr and "Traceback" not in result.stderr
