@@ -119,6 +119,7 @@ def base_config(scenario: str) -> ml_collections.ConfigDict:
         "policy_epochs": 2,
         "reward_epochs": 1,
         "learning_rate": 1e-5,
+        "batch_size": 16,            # examples per SFT update
         "negatives_per_step": 1,
     })
     cfg.demo = ml_collections.ConfigDict({

@@ -42,15 +42,15 @@ def _warm_start(cfg, services: Services, state: SystemState, train_tasks, env, l
                                                        cfg.warm_start.negatives_per_step, env)
     log(f"warm start: {len(policy_examples)} policy and {len(reward_examples)} reward-model examples "
         f"from {len(tasks)} expert games")
-    lr = cfg.warm_start.learning_rate
-    learner = _with_learning_rate(services.policy_learner, lr)
+    lr, batch = cfg.warm_start.learning_rate, cfg.warm_start.batch_size
+    learner = _supervised(services.policy_learner, lr, batch, len(policy_examples))
     warm = init_train_state(state.policy.params, learner.tx)
     warm, _ = sft.supervised_epochs(learner, warm, policy_examples, cfg.warm_start.policy_epochs, cfg.seed,
                                     "policy", log)
     policy = init_train_state(warm.params, services.policy_learner.tx)
     reward = state.reward
     if reward_examples:
-        learner = _with_learning_rate(services.reward_learner, lr)
+        learner = _supervised(services.reward_learner, lr, batch, len(reward_examples))
         warm = init_train_state(state.reward.params, learner.tx)
         warm, _ = sft.supervised_epochs(learner, warm, reward_examples, cfg.warm_start.reward_epochs, cfg.seed,
                                         "reward", log)
@@ -60,11 +60,13 @@ def _warm_start(cfg, services: Services, state: SystemState, train_tasks, env, l
     return SystemState(step=0, policy=policy, reward=reward, pool=state.pool)
 
 
-def _with_learning_rate(learner, learning_rate: float):
+def _supervised(learner, learning_rate: float, batch_size: int, num_examples: int):
+    """The learner with SFT settings: its own learning rate, updates of `batch_size` examples."""
     import dataclasses
 
-    return dataclasses.replace(learner, train_config={**learner.train_config, "learning_rate": learning_rate},
-                               compiled={})
+    config = {**learner.train_config, "learning_rate": learning_rate, "micro_batch_size": batch_size,
+              "updates_per_step": max(1, math.ceil(num_examples / batch_size))}
+    return dataclasses.replace(learner, train_config=config, compiled={})
 
 
 def _save(checkpointer: SystemCheckpointer, state: SystemState, extra: dict) -> None:
