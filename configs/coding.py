@@ -20,6 +20,7 @@ def get_config(variant: str = "paper"):
     cfg.train.update(policy_acc_low=0.2, policy_acc_high=0.8)
     cfg.train.policy.updates_per_step = 2
     cfg.train.reward.update(updates_per_step=2, max_response_tokens=4096)
+    cfg.env.update(kind="coding", task_types="humaneval", num_train_tasks=128, num_eval_tasks=36, knobs={})
     if variant == "paper":
         cfg.model.policy.path = "checkpoints/Qwen2.5-7B-Instruct"
         cfg.model.reward.path = "checkpoints/Qwen2.5-7B-Instruct"
@@ -29,4 +30,5 @@ def get_config(variant: str = "paper"):
         cfg.loop.update(total_steps=4, save_every=2, eval_every=2)
         cfg.rollout.update(tasks_per_step=2, group_size=4, max_new_tokens=128)
         cfg.reward.update(num_judgments=4, max_new_tokens=128)
+        cfg.env.update(task_types="stdio", num_train_tasks=4, num_eval_tasks=1)
     return cfg

@@ -11,6 +11,7 @@ VARIANTS = ("paper", "cpu")
 def get_config(variant: str = "paper"):
     common.check_variant("configs/osworld.py", variant, VARIANTS)
     cfg = common.base_config("osworld")
+    cfg.env.update(kind="osworld", task_types="", knobs={})
     cfg.loop.update(total_steps=400, save_every=20, eval_every=20)
     cfg.rollout.update(tasks_per_step=12, group_size=8, max_turns=30, temperature=1.0, top_p=0.9,
                        max_new_tokens=4096, max_prompt_tokens=8192)

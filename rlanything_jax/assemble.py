@@ -29,6 +29,9 @@ EVAL_SEED_OFFSET = 1_000_000  # held-out tasks use seeds no training task uses
 
 def build_tasks(cfg, games_dir: Path) -> tuple[list[Task], list[Task]]:
     """(training tasks, held-out tasks) for the configured environment."""
+    if cfg.env.kind == "osworld":
+        raise ValueError("the OSWorld desktop environment is not implemented yet (../shared/design/OSWORLD.md); "
+                         "use configs/alfworld.py, configs/coding.py or configs/default.py")
     kinds = [k.strip() for k in cfg.env.task_types.split(",") if k.strip()]
     knobs = dict(cfg.env.knobs)
     n_train, n_eval = cfg.env.num_train_tasks, cfg.env.num_eval_tasks

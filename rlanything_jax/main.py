@@ -21,6 +21,7 @@ from rlanything_jax.config import DEFAULT_CONFIG, ConfigError, validate
 _CONFIG = config_flags.DEFINE_config_file(
     "config", default=DEFAULT_CONFIG,
     help_string="configs/<scenario>.py[:variant]; override any key with --config.a.b=value")
+_DRY_RUN = flags.DEFINE_boolean("dry_run", False, "validate and print the resolved config, then stop")
 
 
 def _log(message: str) -> None:
@@ -67,6 +68,8 @@ def main(argv: list[str]) -> int:
         return 2
     print("# resolved config")
     print(cfg)
+    if _DRY_RUN.value:
+        return 0
     if cfg.demo.prompt:
         try:
             answer = run_demo(cfg)

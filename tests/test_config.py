@@ -73,7 +73,7 @@ def _main(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_main_prints_the_resolved_config():
-    result = _main("--config=configs/coding.py", "--config.rollout.group_size=12")
+    result = _main("--config=configs/coding.py", "--config.rollout.group_size=12", "--dry_run")
     assert result.returncode == 0, result.stderr
     assert "group_size: 12" in result.stdout and "scenario: coding" in result.stdout
 
@@ -88,6 +88,16 @@ def test_main_reports_a_missing_model_directory():
     result = _main("--config=configs/alfworld.py", "--config.demo.prompt=hi")
     assert result.returncode == 1
     assert "checkpoints/Qwen2.5-7B-Instruct" in result.stderr and "Traceback" not in result.stderr
+    result = _main("--config=configs/coding.py", "--config.env.num_train_tasks=2", "--config.env.num_eval_tasks=1",
+                   "--config.workdir=" + str(ROOT / "runs" / "missing-model-test"))
+    assert result.returncode == 1
+    assert "checkpoints/Qwen2.5-7B-Instruct" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_main_says_osworld_is_not_there_yet():
+    result = _main("--config=configs/osworld.py", "--config.workdir=" + str(ROOT / "runs" / "osworld-test"))
+    assert result.returncode == 1
+    assert "OSWorld" in result.stderr and "Traceback" not in result.stderr
 
 
 @pytest.mark.slow
