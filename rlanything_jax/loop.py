@@ -120,14 +120,17 @@ def rl_step(state: SystemState, services: Services, settings: LoopSettings) -> t
     services.reward_sampler.update_params(reward_state.params)
 
     played = [e for e in episodes if e.env_error is None and e.task.task_id not in rejected]
-    metrics.update(policy_metrics)
-    metrics.update(reward_metrics)
-    metrics.update(episode_metrics(played, services.step_labeler, settings.judge_steps))
-    metrics.update({"curriculum/accepted": len(accepted), "curriculum/rejected": len(rejected),
-                    "curriculum/accepted_total": pool.accepted_count,
-                    "curriculum/pending": sum(s.pending is not None for s in pool.slots),
-                    "time/step_s": time.perf_counter() - started})
-    return SystemState(step=step, policy=policy_state, reward=reward_state, pool=pool), dict(metrics)
+    report = dict(metrics)  # counts so far; the values below replace, never add
+    report.update(policy_metrics)
+    report.update(reward_metrics)
+    report.update(episode_metrics(played, services.step_labeler, settings.judge_steps))
+    if services.generator is not None and hasattr(services.generator, "metrics"):
+        report.update({f"curriculum/generator/{k}": v for k, v in dict(services.generator.metrics).items()})
+    report.update({"curriculum/accepted": len(accepted), "curriculum/rejected": len(rejected),
+                   "curriculum/accepted_total": pool.accepted_count,
+                   "curriculum/pending": sum(s.pending is not None for s in pool.slots),
+                   "time/step_s": time.perf_counter() - started})
+    return SystemState(step=step, policy=policy_state, reward=reward_state, pool=pool), report
 
 
 def _adapt(pool: TaskPool, slot_indices: Sequence[int], groups, accuracy, generator: TaskGenerator,
