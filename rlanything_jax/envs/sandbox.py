@@ -320,6 +320,7 @@ def _bwrap_prefix(config: _Config, run_dir: str, program_path: str, limits: Limi
     args += ["--dev", "/dev", "--proc", "/proc",
              "--perms", "1777", "--size", size, "--tmpfs", "/tmp",
              "--perms", "1777", "--size", size, "--tmpfs", "/dev/shm",
+             *_rebind_under_private_tmp(),
              # the scratch dir is a fresh tmpfs over run_dir: the host's stdin/stdout files
              # stay hidden and the program file is the only thing in it (read-only)
              "--size", size, "--tmpfs", run_dir, "--ro-bind", program_path, program_path,
@@ -328,6 +329,15 @@ def _bwrap_prefix(config: _Config, run_dir: str, program_path: str, limits: Limi
     if os.geteuid() == 0 and not config.drop_privileges:
         args += ["--cap-drop", "ALL"]   # root inside could otherwise remount / read-write
     return args + ["--"]
+
+
+@functools.cache
+def _rebind_under_private_tmp() -> list[str]:
+    """The interpreter's trees that live under /tmp or /dev/shm (a checkout's venv there), bound
+    back read-only over the private tmpfs that would otherwise hide them."""
+    trees = {os.path.abspath(p) for p in (sys.prefix, *_site_dirs(), os.path.dirname(sys.executable))}
+    hidden = sorted(t for t in trees if t.startswith(("/tmp/", "/dev/shm/")) and os.path.isdir(t))
+    return [arg for tree in hidden for arg in ("--ro-bind", tree, tree)]
 
 
 @functools.cache
