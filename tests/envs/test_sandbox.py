@@ -220,3 +220,10 @@ def test_untrusted_code_does_not_run_as_root():
         pytest.skip("only meaningful when the tests run as root with a droppable uid")
     result = sandbox.execute("import os\nprint(os.getuid())")
     assert result.status == "ok" and int(result.stdout) != 0
+
+
+@pytest.mark.skipif(__import__("shutil").which("bwrap") is None, reason="bubblewrap is not installed")
+def test_bubblewrap_is_used_wherever_it_is_installed():
+    """CI installs bubblewrap: the strong isolation must work from any checkout location, or the
+    containment tests above would quietly skip."""
+    assert sandbox.isolation() == "bwrap", sandbox.available_isolations()
