@@ -95,14 +95,7 @@ def scratch_corpus(cfg, tasks: list[Task], env) -> list[str]:
     texts = []
     for task in tasks:
         steps = sft.play_expert(task, expert_plan(task), env)
-        dialogue = None
-        for step in steps:
-            answer = sft.answer_text(step.observation, step.action)
-            if dialogue is None:
-                from rlanything_jax.agents.prompts import PolicyDialogue
-                dialogue = PolicyDialogue.start(step.observation.text, step.observation.admissible_actions)
-            dialogue = dialogue.advance(answer, step.next_observation.text, step.next_observation.admissible_actions,
-                                        action_taken=step.action)
+        dialogue = sft.whole_expert_dialogue(steps)
         if dialogue is not None:
             texts.append(template.render(messages=dialogue.messages, add_generation_prompt=False))
         if steps:

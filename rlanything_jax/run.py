@@ -114,8 +114,8 @@ def run_rl(cfg, log: Callable[[str], None] = print) -> dict:
                         scenario=scenario, generator=assemble.task_generator(cfg, workdir, environment_sampler),
                         step_labeler=assemble.walkthrough_step_label, seed=cfg.seed, log=log)
     state = SystemState(step=0,
-                        policy=init_train_state(_params(samplers["policy"]), learners["policy"].tx),
-                        reward=init_train_state(_params(samplers["reward"]), learners["reward"].tx),
+                        policy=init_train_state(samplers["policy"].params, learners["policy"].tx),
+                        reward=init_train_state(samplers["reward"].params, learners["reward"].tx),
                         pool=TaskPool.from_tasks(train_tasks))
     checkpointer = SystemCheckpointer(workdir / "checkpoints", max_to_keep=2)
     writer = MetricsWriter(workdir)
@@ -150,10 +150,6 @@ def run_rl(cfg, log: Callable[[str], None] = print) -> dict:
         writer.close()
         runner.close()
     return _finish(cfg, workdir, time.perf_counter() - started)
-
-
-def _params(sampler: Sampler):
-    return sampler.params
 
 
 def _scenario(cfg):

@@ -53,21 +53,40 @@ def answer_text(observation: Observation, action: str) -> str:
     return "\\boxed{%d}" % prompts.candidate_actions(observation.admissible_actions).index(action)
 
 
-def policy_sft_examples(tokenizer, expert_steps: Sequence[ExpertStep]) -> list[Example]:
-    """One example per expert step: the chat so far (prompt) and the boxed index + end of turn."""
-    examples = []
+def expert_dialogue(expert_steps: Sequence[ExpertStep]) -> list[tuple[prompts.PolicyDialogue, str]]:
+    """The policy's chat before each expert step, with that step's answer; the last entry's
+    dialogue advanced by its answer is the whole game."""
+    turns = []
     if not expert_steps:
-        return examples
+        return turns
     first = expert_steps[0].observation
     dialogue = prompts.PolicyDialogue.start(first.text, first.admissible_actions)
-    end = tokenizer.encode("<|im_end|>")
     for step in expert_steps:
         answer = answer_text(step.observation, step.action)
-        prompt = tokenizer.encode_chat(dialogue.messages)
-        response = tokenizer.encode(answer) + end
-        examples.append(Example(prompt, response, 1.0, [float("nan")] * len(response)))
+        turns.append((dialogue, answer))
         dialogue = dialogue.advance(answer, step.next_observation.text, step.next_observation.admissible_actions,
                                     action_taken=step.action)
+    return turns
+
+
+def whole_expert_dialogue(expert_steps: Sequence[ExpertStep]) -> prompts.PolicyDialogue | None:
+    turns = expert_dialogue(expert_steps)
+    if not turns:
+        return None
+    dialogue, answer = turns[-1]
+    last = expert_steps[-1]
+    return dialogue.advance(answer, last.next_observation.text, last.next_observation.admissible_actions,
+                            action_taken=last.action)
+
+
+def policy_sft_examples(tokenizer, expert_steps: Sequence[ExpertStep]) -> list[Example]:
+    """One example per expert step: the chat so far (prompt) and the boxed index + end of turn."""
+    end = tokenizer.encode("<|im_end|>")
+    examples = []
+    for dialogue, answer in expert_dialogue(expert_steps):
+        response = tokenizer.encode(answer) + end
+        examples.append(Example(tokenizer.encode_chat(dialogue.messages), response, 1.0,
+                                [float("nan")] * len(response)))
     return examples
 
 
