@@ -36,15 +36,16 @@ def scratch_run(cfg) -> None:
     common.use_float32_models(cfg)
     for role in ("policy", "reward"):
         cfg.model[role].path = "scratch"
-    cfg.env.update(task_types="pick_and_place_simple", num_train_tasks=32, num_eval_tasks=16,
+    cfg.env.update(task_types="pick_and_place_simple", num_train_tasks=32, num_eval_tasks=48, prompt_style="compact",
                    knobs={"num_receptacles": 4, "num_distractors": 0, "target_instances": 1})
-    cfg.loop.update(total_steps=8, save_every=1, eval_every=4)
-    cfg.rollout.update(tasks_per_step=8, group_size=4, max_turns=10, max_new_tokens=8, max_prompt_tokens=3072,
+    cfg.loop.update(total_steps=10, save_every=1, eval_every=5)
+    cfg.rollout.update(tasks_per_step=8, group_size=4, max_turns=10, max_new_tokens=12, max_prompt_tokens=512,
                        temperature=1.0, top_p=1.0)
-    cfg.reward.update(max_new_tokens=8, temperature=1.0, top_p=1.0)
+    cfg.reward.update(max_new_tokens=6, temperature=1.0, top_p=1.0)
     cfg.eval.update(group_size=2, temperature=1.0, max_turns=10)
     cfg.curriculum.generator = "procedural"
-    cfg.warm_start.update(enabled=True, num_tasks=32, policy_epochs=3, reward_epochs=1, learning_rate=1e-3)
+    cfg.warm_start.update(enabled=True, num_tasks=32, policy_epochs=12, reward_epochs=1, learning_rate=1e-3,
+                          batch_size=8)
     for role in ("policy", "reward"):
-        cfg.train[role].update(learning_rate=3e-4, updates_per_step=2, micro_batch_size=16, kl_beta=0.0,
-                               max_prompt_tokens=3072, max_response_tokens=16, aggregation="token_mean")
+        cfg.train[role].update(learning_rate=1e-4, updates_per_step=2, micro_batch_size=8, kl_beta=0.0,
+                               max_prompt_tokens=512, max_response_tokens=512, aggregation="token_mean")

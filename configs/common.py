@@ -111,6 +111,9 @@ def base_config(scenario: str) -> ml_collections.ConfigDict:
         "knobs": {"num_receptacles": 10, "num_distractors": 4},
         "workers": 0,                # environment worker processes (0: one per CPU core)
         "step_timeout_s": 30.0,
+        # Text games: "reference" (the reference's prompts, for instruct models) or "compact"
+        # (game text in, command out; for the small models a run builds from scratch).
+        "prompt_style": "reference",
     })
     cfg.eval = ml_collections.ConfigDict({"group_size": 2, "temperature": 0.8, "max_turns": 40})
     cfg.warm_start = ml_collections.ConfigDict({
@@ -152,4 +155,7 @@ def train_config(updates_per_step: int) -> ml_collections.ConfigDict:
         "reset_optimizer_each_step": False,  # the reference rebuilds AdamW every RL step
         "overlong_prompt": "drop",       # the reference drops them; or "truncate_left"
         "append_eos": True,
+        # One example per multi-turn episode instead of one per step: the same loss at O(T) instead
+        # of O(T^2) tokens (rl/data.pack_turns). Read for the policy; judge prompts are single-turn.
+        "pack_turns": True,
     })

@@ -1,21 +1,22 @@
-"""The embedded CPU default: small packaged model, tiny batches, runs on a 2-core laptop.
+"""The embedded CPU default: the whole RLAnything loop on a 2-core machine in about 10 minutes.
 
-`python -m rlanything_jax.main` uses this file when --config is not given.
+`python -m rlanything_jax.main` uses this file when --config is not given. A policy
+and a reward model (small decoders with a BPE tokenizer, built by the run from its
+own game text) are warm-started on 32 expert games, then trained together for 10
+RLAnything steps on generated ALFWorld pick-and-place games while the procedural
+generator rewrites tasks that are too easy or too hard. Held-out success is
+measured on 48 unseen games before, during and after RL.
+
+The SmolLM2 chat demo of earlier versions: `--config.demo.prompt="..."`.
 """
 
-from configs import common
+from configs import alfworld, common
 
 
 def get_config(variant: str = "cpu"):
     common.check_variant("configs/default.py", variant, ("cpu",))
     cfg = common.base_config("default")
-    common.use_float32_models(cfg)
-    cfg.loop.update(total_steps=4, save_every=2, eval_every=2)
-    cfg.rollout.update(tasks_per_step=2, group_size=4, max_turns=6, max_new_tokens=64, max_prompt_tokens=1024)
-    cfg.reward.max_new_tokens = 64
-    cfg.curriculum.update(candidates_per_task=2, max_new_tokens=128)
-    for role in ("policy", "reward"):
-        cfg.train[role].update(updates_per_step=1, learning_rate=1e-5, max_prompt_tokens=1024,
-                               max_response_tokens=64)
-    cfg.demo.prompt = "What is the capital of France? Answer in one sentence."
+    alfworld.scratch_run(cfg)
+    cfg.scenario = "default"
+    cfg.workdir = "runs/default"
     return cfg

@@ -23,12 +23,20 @@ from rlanything_jax.rl.examples import SignalConfig
 from rlanything_jax.rl.phase import Learner
 
 EVAL_SEED_OFFSET = 1_000_000  # held-out tasks use seeds no training task uses
+WARM_START_SEED_OFFSET = 2_000_000  # so do the expert games of the warm start
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskSets:
+    train: list[Task]       # the task pool's raw tasks
+    eval: list[Task]        # held out
+    warm_start: list[Task]  # the expert games the warm start learns from (none of the above)
 
 
 # ---------------------------------------------------------------- tasks
 
-def build_tasks(cfg, games_dir: Path) -> tuple[list[Task], list[Task]]:
-    """(training tasks, held-out tasks) for the configured environment."""
+def build_tasks(cfg, games_dir: Path) -> TaskSets:
+    """Training, held-out and warm-start tasks for the configured environment, from disjoint seeds."""
     if cfg.env.kind == "osworld":
         raise ValueError("the OSWorld desktop environment is not implemented yet (../shared/design/OSWORLD.md); "
                          "use configs/alfworld.py, configs/coding.py or configs/default.py")
@@ -52,8 +60,10 @@ def build_tasks(cfg, games_dir: Path) -> tuple[list[Task], list[Task]]:
         from rlanything_jax.envs import coding
 
         tasks = coding.builtin_stdio_tasks() if kinds == ["stdio"] else coding.humaneval_tasks()
-        return tasks[:n_train], tasks[n_train:n_train + n_eval]
-    return [make(seed) for seed in range(n_train)], [make(EVAL_SEED_OFFSET + s) for s in range(n_eval)]
+        return TaskSets(tasks[:n_train], tasks[n_train:n_train + n_eval], [])
+    n_warm = cfg.warm_start.num_tasks if cfg.warm_start.enabled else 0
+    return TaskSets([make(seed) for seed in range(n_train)], [make(EVAL_SEED_OFFSET + s) for s in range(n_eval)],
+                    [make(WARM_START_SEED_OFFSET + s) for s in range(n_warm)])
 
 
 def expert_plan(task: Task) -> list[str]:
@@ -82,27 +92,42 @@ def walkthrough_step_label(episode: Episode, step_index: int) -> int | None:
     return 1 if action in plan and action not in earlier else -1
 
 
+def build_scenario(cfg):
+    """How the policy and the reward model see the configured tasks."""
+    if cfg.env.kind == "coding":
+        from rlanything_jax.agents.coding_scenario import CodingScenario
+        return CodingScenario()
+    if cfg.env.prompt_style == "compact":
+        from rlanything_jax.agents.compact_game import CompactTextGameScenario
+        return CompactTextGameScenario()
+    from rlanything_jax.agents.text_game import TextGameScenario
+    return TextGameScenario()
+
+
 # ---------------------------------------------------------------- models
 
 def scratch_corpus(cfg, tasks: list[Task], env) -> list[str]:
-    """Text a scratch tokenizer is fitted to: expert dialogues and judge prompts, rendered as chats."""
+    """Text a scratch tokenizer is fitted to: expert games and judge prompts, rendered as chats."""
     from rlanything_jax import sft
-    from rlanything_jax.agents.text_game import TextGameScenario
     from rlanything_jax.models.scratch import CHATML_TEMPLATE
 
     template = jinja2.Template(CHATML_TEMPLATE)
-    scenario = TextGameScenario()
+    scenario = build_scenario(cfg)
     texts = []
     for task in tasks:
         steps = sft.play_expert(task, expert_plan(task), env)
-        dialogue = sft.whole_expert_dialogue(steps)
-        if dialogue is not None:
-            texts.append(template.render(messages=dialogue.messages, add_generation_prompt=False))
-        if steps:
-            episode = sft._episode_of(task, [(s.observation, s.action, sft.answer_text(s.observation, s.action),
-                                              s.next_observation) for s in steps])
-            texts.append(template.render(messages=scenario.judge_messages(task, episode, len(steps) - 1),
-                                         add_generation_prompt=True) + "\\boxed{1}\\boxed{-1}")
+        if not steps:
+            continue
+        episode = sft.expert_episode(task, steps, scenario)
+        messages = scenario.initial_messages(task, steps[0].observation)
+        for t, step in enumerate(episode.steps):
+            if t:
+                messages.append(scenario.turn_message(Episode(task, 0, episode.steps[:t]), step.observation))
+            messages.append({"role": "assistant", "content": step.response_text})
+        texts.append(template.render(messages=messages, add_generation_prompt=False))
+        texts.append(template.render(messages=scenario.judge_messages(task, episode, len(steps) - 1),
+                                     add_generation_prompt=True)
+                     + scenario.judgment_text(1) + scenario.judgment_text(-1))
     return texts
 
 
@@ -128,6 +153,15 @@ def load_model(cfg, role: str, directory: Path, mesh):
     model = load_pretrained(directory, dtype=cfg.model[role].dtype, mesh=mesh, rules=cfg.sharding.logical_axis_rules,
                             compute_dtype=cfg.model[role].compute_dtype)
     return model, Tokenizer.from_dir(directory)
+
+
+def sampler_for(cfg, model, tokenizer, mesh):
+    """A sampler whose cache holds two turns' worth of the longest allowed history."""
+    from rlanything_jax.sampling.sampler import Sampler, SamplerConfig
+
+    max_cache = 2 * (cfg.rollout.max_prompt_tokens + cfg.rollout.max_new_tokens)
+    return Sampler(model, tokenizer, mesh=mesh, rules=cfg.sharding.logical_axis_rules,
+                   config=SamplerConfig(max_cache_length=max(max_cache, 1024), pad_token_id=tokenizer.pad_id))
 
 
 def learner_for(cfg, role: str, model, tokenizer, mesh, learning_rate: float | None = None) -> Learner:
@@ -168,6 +202,7 @@ def loop_settings(cfg) -> LoopSettings:
                           max_prompt_tokens=cfg.train.reward.max_prompt_tokens),
         signal=signal,
         judge_steps=judge_steps,
+        pack_turns=cfg.train.policy.pack_turns,
         train_reward_model=judge_steps and cfg.train.train_reward_model and ablation in ("rlanything", "policy_reward",
                                                                                        "step_only"),
         adapt_environment=cfg.curriculum.enabled and ablation == "rlanything",

@@ -117,6 +117,7 @@ _SCALAR_CHECKS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("env.num_eval_tasks", _non_negative_int, "must be a non-negative integer"),
     ("env.workers", _non_negative_int, "must be a non-negative integer (0 = one per core)"),
     ("env.step_timeout_s", _positive, "must be > 0"),
+    ("env.prompt_style", lambda v: v in ("reference", "compact"), "must be 'reference' or 'compact'"),
     ("eval.group_size", _positive_int, "must be a positive integer"),
     ("eval.temperature", lambda v: _number(v) and v >= 0, "must be >= 0 (0 = greedy)"),
     ("eval.max_turns", _positive_int, "must be a positive integer"),
@@ -152,6 +153,7 @@ _TRAIN_CHECKS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("reset_optimizer_each_step", lambda v: isinstance(v, bool), "must be true or false"),
     ("overlong_prompt", lambda v: v in ("drop", "truncate_left"), "must be 'drop' or 'truncate_left'"),
     ("append_eos", lambda v: isinstance(v, bool), "must be true or false"),
+    ("pack_turns", lambda v: isinstance(v, bool), "must be true or false"),
 )
 
 _ORDERED_PAIRS = (

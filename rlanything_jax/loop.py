@@ -49,6 +49,7 @@ class LoopSettings:
     judge: JudgeConfig
     signal: SignalConfig
     judge_steps: bool = True           # False: outcome-only runs skip the reward model entirely
+    pack_turns: bool = True            # one policy example per episode (rl/data.pack_turns), not per step
     train_reward_model: bool = True
     adapt_environment: bool = True
     harder_at: float = 0.8
@@ -92,11 +93,15 @@ def rl_step(state: SystemState, services: Services, settings: LoopSettings) -> t
     active = [state.pool.slots[i].active for i in picked.active]
     pending = [state.pool.slots[i].pending.task for i in picked.pending]
     rollout_cfg = dataclasses.replace(settings.rollout, seed=services.seed * 7919 + step)
+    phase = _PhaseClock(services.log, step, metrics)
     episodes = play_episodes(services.policy_sampler, services.runner, services.scenario, active + pending,
                              rollout_cfg, metrics=metrics)
+    phase.done("rollout", f"{len(episodes)} episodes of {len(active)} tasks + {len(pending)} candidates, "
+                          f"{sum(e.won for e in episodes)} won")
     if settings.judge_steps:
         judge_episodes(services.reward_sampler, services.scenario, episodes,
                        dataclasses.replace(settings.judge, seed=services.seed * 104729 + step), metrics)
+        phase.done("judge", f"{sum(len(e.steps) for e in episodes)} steps x {settings.judge.num_judgments}")
     groups = group_by_task(episodes)
     accuracy = {task_id: task_accuracy(eps) for task_id, eps in groups.items()}
 
@@ -109,13 +114,16 @@ def rl_step(state: SystemState, services: Services, settings: LoopSettings) -> t
         pool = _adapt(pool, picked.active, groups, accuracy, services.generator, settings, step, metrics)
 
     policy_state, policy_metrics = train_phase(
-        services.policy_learner, state.policy, policy_examples(groups, settings.signal, metrics),
+        services.policy_learner, state.policy,
+        policy_examples(groups, settings.signal, metrics, pack_turns=settings.pack_turns),
         seed=services.seed + step, metrics=metrics, prefix="policy")
+    phase.done("policy update", f"{int(metrics['policy/updates'])} updates")
     reward_state, reward_metrics = state.reward, {}
     if settings.train_reward_model and settings.judge_steps:
         reward_state, reward_metrics = train_phase(
             services.reward_learner, state.reward, reward_model_examples(groups, settings.signal, metrics),
             seed=services.seed + step, metrics=metrics, prefix="reward")
+        phase.done("reward-model update", f"{int(metrics['reward/updates'])} updates")
     services.policy_sampler.update_params(policy_state.params)
     services.reward_sampler.update_params(reward_state.params)
 
@@ -130,7 +138,23 @@ def rl_step(state: SystemState, services: Services, settings: LoopSettings) -> t
                    "curriculum/accepted_total": pool.accepted_count,
                    "curriculum/pending": sum(s.pending is not None for s in pool.slots),
                    "time/step_s": time.perf_counter() - started})
+    for role, sampler in (("policy", services.policy_sampler), ("reward", services.reward_sampler)):
+        report[f"sampler/{role}_compilations"] = sum(sampler.compilations.values())  # so far, in this process
     return SystemState(step=step, policy=policy_state, reward=reward_state, pool=pool), report
+
+
+class _PhaseClock:
+    """Logs each phase of a step as it ends and records its seconds as `time/<phase>_s`."""
+
+    def __init__(self, log: Callable[[str], None], step: int, metrics: Counter):
+        self.log, self.step, self.metrics = log, step, metrics
+        self.last = time.perf_counter()
+
+    def done(self, name: str, detail: str) -> None:
+        now = time.perf_counter()
+        self.metrics[f"time/{name.replace(' ', '_').replace('-', '_')}_s"] += now - self.last
+        self.log(f"  step {self.step} {name}: {detail} ({now - self.last:.1f} s)")
+        self.last = now
 
 
 def _adapt(pool: TaskPool, slot_indices: Sequence[int], groups, accuracy, generator: TaskGenerator,
@@ -185,10 +209,15 @@ def episode_metrics(episodes: Sequence[Episode], step_labeler: StepLabeler | Non
 
 
 def evaluate(policy_sampler: Sampler, runner: Any, scenario: Any, tasks: Sequence[Task],
-             rollout: RolloutConfig) -> dict[str, float]:
-    """Held-out success rate of the current policy."""
+             rollout: RolloutConfig, tasks_per_call: int = 0) -> dict[str, float]:
+    """Held-out success rate of the current policy, playing `tasks_per_call` tasks at a time (0: all):
+    batches the size of a training step's reuse its compiled programs and bound the cache's memory."""
     metrics: Counter = Counter()
-    episodes = play_episodes(policy_sampler, runner, scenario, tasks, rollout, metrics=metrics)
+    chunk = tasks_per_call or max(len(tasks), 1)
+    episodes = []
+    for start in range(0, len(tasks), chunk):
+        episodes += play_episodes(policy_sampler, runner, scenario, tasks[start:start + chunk], rollout,
+                                  metrics=metrics)
     played = [e for e in episodes if e.env_error is None]
     return {"eval/success_rate": float(np.mean([e.won for e in played])) if played else float("nan"),
             "eval/episodes": len(played)}

@@ -94,13 +94,18 @@ def plot_curves(lines: Sequence[Mapping[str, Any]], keys: Sequence[str], out_pat
     return out
 
 
+def progress_bar(done: int, total: int, width: int = 20) -> str:
+    filled = min(width, max(0, round(width * done / max(total, 1))))
+    return "[" + "#" * filled + "." * (width - filled) + "]"
+
+
 def format_step_line(step: int, total: int, metrics: Mapping[str, Any]) -> str:
     """The one-line progress report printed after every step."""
     def get(key: str, fmt: str) -> str:
         value = _scalar(metrics.get(key))
         return format(value, fmt) if value is not None else "-"
 
-    return (f"step {step}/{total}  success {get('rollout/success_rate', '.2f')}  "
+    return (f"{progress_bar(step, total)} step {step}/{total}  success {get('rollout/success_rate', '.2f')}  "
             f"rm step acc {get('reward_model/step_accuracy', '.2f')}  "
             f"accepted {get('curriculum/accepted_total', '.0f')}  "
             f"held-out {get('eval/success_rate', '.2f')}  {get('time/step_s', '.1f')} s/step")

@@ -22,23 +22,22 @@ from rlanything_jax.curriculum.task_pool import TaskPool, pool_from_json, pool_t
 from rlanything_jax.loop import Services, SystemState, evaluate, rl_step
 from rlanything_jax.metrics import MetricsWriter, format_step_line, plot_curves, read_metrics
 from rlanything_jax.rl.train_state import init_train_state
-from rlanything_jax.sampling.sampler import Sampler, SamplerConfig
+from rlanything_jax.sampling.sampler import Sampler
 
 CURVES = ("rollout/success_rate", "eval/success_rate", "reward_model/step_accuracy",
           "reward_model/outcome_accuracy", "curriculum/accepted_total", "time/step_s")
 
 
-def _warm_start(cfg, services: Services, state: SystemState, train_tasks, env, log) -> SystemState:
-    """SFT of policy and reward model on the expert's play of `warm_start.num_tasks` training tasks."""
+def _warm_start(cfg, services: Services, state: SystemState, tasks, env, log) -> SystemState:
+    """SFT of policy and reward model on the expert's play of the warm-start tasks."""
     rng = np.random.default_rng(cfg.seed)
-    tasks = train_tasks[:cfg.warm_start.num_tasks]
     policy_tok, reward_tok = services.policy_sampler.tokenizer, services.reward_sampler.tokenizer
     policy_examples, reward_examples = [], []
     for task in tasks:
         steps = sft.play_expert(task, assemble.expert_plan(task), env)
-        policy_examples += sft.policy_sft_examples(policy_tok, steps)
+        policy_examples += sft.policy_sft_examples(sft.expert_episode(task, steps, services.scenario, policy_tok))
         if cfg.warm_start.reward_epochs:
-            reward_examples += sft.reward_sft_examples(reward_tok, task, steps, rng,
+            reward_examples += sft.reward_sft_examples(reward_tok, services.scenario, task, steps, rng,
                                                        cfg.warm_start.negatives_per_step, env)
     log(f"warm start: {len(policy_examples)} policy and {len(reward_examples)} reward-model examples "
         f"from {len(tasks)} expert games")
@@ -81,22 +80,20 @@ def run_rl(cfg, log: Callable[[str], None] = print) -> dict:
     started = time.perf_counter()
     mesh = assemble.build_mesh(cfg)
     log(f"building {cfg.env.kind} tasks in {workdir / 'games'}")
-    train_tasks, eval_tasks = assemble.build_tasks(cfg, workdir / "games")
+    tasks = assemble.build_tasks(cfg, workdir / "games")
+    train_tasks, eval_tasks = tasks.train, tasks.eval
     from rlanything_jax.envs.base import make_env
 
     expert_env = make_env(cfg.env.kind)
 
     def corpus():
-        return assemble.scratch_corpus(cfg, train_tasks[:cfg.warm_start.num_tasks], expert_env)
+        return assemble.scratch_corpus(cfg, tasks.warm_start or train_tasks[:cfg.warm_start.num_tasks], expert_env)
 
     samplers, learners = {}, {}
     for role in ("policy", "reward"):
         directory = assemble.model_dir(cfg, role, workdir, corpus)
         model, tokenizer = assemble.load_model(cfg, role, directory, mesh)
-        max_cache = 2 * (cfg.rollout.max_prompt_tokens + cfg.rollout.max_new_tokens)
-        samplers[role] = Sampler(model, tokenizer, mesh=mesh, rules=cfg.sharding.logical_axis_rules,
-                                 config=SamplerConfig(max_cache_length=max(max_cache, 1024),
-                                                      pad_token_id=tokenizer.pad_id))
+        samplers[role] = assemble.sampler_for(cfg, model, tokenizer, mesh)
         learners[role] = assemble.learner_for(cfg, role, model, tokenizer, mesh)
         log(f"{role} model: {directory}")
     settings = assemble.loop_settings(cfg)
@@ -108,7 +105,7 @@ def run_rl(cfg, log: Callable[[str], None] = print) -> dict:
     from rlanything_jax.envs.runner import EnvRunner
 
     runner = EnvRunner(num_workers=cfg.env.workers or None, step_timeout_s=cfg.env.step_timeout_s)
-    scenario = _scenario(cfg)
+    scenario = assemble.build_scenario(cfg)
     services = Services(policy_sampler=samplers["policy"], reward_sampler=samplers["reward"],
                         policy_learner=learners["policy"], reward_learner=learners["reward"], runner=runner,
                         scenario=scenario, generator=assemble.task_generator(cfg, workdir, environment_sampler),
@@ -121,6 +118,8 @@ def run_rl(cfg, log: Callable[[str], None] = print) -> dict:
     writer = MetricsWriter(workdir)
     restored = checkpointer.restore_latest(abstract_like({"policy": state.policy, "reward": state.reward}))
     eval_rollout = assemble.eval_rollout(cfg, settings)
+    # Held-out episodes per call = a training step's: same compiled shapes, bounded memory.
+    eval_chunk = max(1, cfg.rollout.tasks_per_step * cfg.rollout.group_size // cfg.eval.group_size)
     try:
         if restored is not None:
             state = SystemState(step=restored.step, policy=restored.arrays["policy"],
@@ -132,15 +131,15 @@ def run_rl(cfg, log: Callable[[str], None] = print) -> dict:
         else:
             writer.resume(None)
             if cfg.warm_start.enabled:
-                state = _warm_start(cfg, services, state, train_tasks, expert_env, log)
-            line = evaluate(samplers["policy"], runner, scenario, eval_tasks, eval_rollout) if eval_tasks else {}
+                state = _warm_start(cfg, services, state, tasks.warm_start, expert_env, log)
+            line = evaluate(samplers["policy"], runner, scenario, eval_tasks, eval_rollout, eval_chunk) if eval_tasks else {}
             writer.write(0, line)
             log(f"step 0 (warm start): held-out success {line.get('eval/success_rate', float('nan')):.3f}")
             _save(checkpointer, state, {})
         while state.step < cfg.loop.total_steps:
             state, metrics = rl_step(state, services, settings)
             if eval_tasks and (state.step % cfg.loop.eval_every == 0 or state.step == cfg.loop.total_steps):
-                metrics.update(evaluate(samplers["policy"], runner, scenario, eval_tasks, eval_rollout))
+                metrics.update(evaluate(samplers["policy"], runner, scenario, eval_tasks, eval_rollout, eval_chunk))
             writer.write(state.step, metrics)
             log(format_step_line(state.step, cfg.loop.total_steps, metrics))
             if state.step % cfg.loop.save_every == 0 or state.step == cfg.loop.total_steps:
@@ -150,14 +149,6 @@ def run_rl(cfg, log: Callable[[str], None] = print) -> dict:
         writer.close()
         runner.close()
     return _finish(cfg, workdir, time.perf_counter() - started)
-
-
-def _scenario(cfg):
-    if cfg.env.kind == "coding":
-        from rlanything_jax.agents.coding_scenario import CodingScenario
-        return CodingScenario()
-    from rlanything_jax.agents.text_game import TextGameScenario
-    return TextGameScenario()
 
 
 def _finish(cfg, workdir: Path, seconds: float) -> dict:

@@ -1,10 +1,10 @@
 """Warm start: supervised fine-tuning of the policy and the reward model on expert data.
 
-Policy: every step of the expert's walkthroughs, as the policy would have seen it in
-its multi-turn chat, with the answer "\\boxed{k}" (k = the expert action's index).
-Reward model: the judge prompt of expert steps labelled "\\boxed{1}" and of other
-admissible actions from the same states (played in the real engine to get their next
-observation) labelled "\\boxed{-1}", as an expert annotator would.
+Policy: the expert's walkthroughs as token records built exactly as a rollout builds
+them (first prompt, response, turn delta, ...), with the scenario's answer for each
+expert action as the response. Reward model: the judge prompt of expert steps
+labelled +1 and of other admissible actions from the same states (played in the real
+engine to get their next observation) labelled -1, as an expert annotator would.
 
 SFT reuses the policy-gradient train step: with advantage 1 and the sampler
 log-probabilities unknown (NaN: on-policy), PPO-clip's gradient is the gradient of
@@ -14,16 +14,16 @@ the responses' mean log-likelihood and the KL term vanishes.
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from rlanything_jax.agents import prompts
-from rlanything_jax.agents.text_game import TextGameScenario
+from rlanything_jax.agents.chat_tokens import first_prompt, turn_delta
 from rlanything_jax.agents.trajectory import Episode, StepRecord
 from rlanything_jax.envs.base import Observation, Task, make_env
-from rlanything_jax.rl.data import Example
+from rlanything_jax.rl.data import Example, pack_turns
 from rlanything_jax.rl.phase import Learner, train_phase
 from rlanything_jax.rl.train_state import TrainState
 
@@ -49,62 +49,52 @@ def play_expert(task: Task, actions: Sequence[str], env=None) -> list[ExpertStep
     return steps
 
 
-def answer_text(observation: Observation, action: str) -> str:
-    return "\\boxed{%d}" % prompts.candidate_actions(observation.admissible_actions).index(action)
+def end_of_turn_id(tokenizer) -> int:
+    """The token a chat model ends its turn with: ChatML's <|im_end|> where the vocabulary has it."""
+    token_id = tokenizer.token_to_id("<|im_end|>")
+    return tokenizer.eos_id if token_id is None else token_id
 
 
-def expert_dialogue(expert_steps: Sequence[ExpertStep]) -> list[tuple[prompts.PolicyDialogue, str]]:
-    """The policy's chat before each expert step, with that step's answer; the last entry's
-    dialogue advanced by its answer is the whole game."""
-    turns = []
-    if not expert_steps:
-        return turns
-    first = expert_steps[0].observation
-    dialogue = prompts.PolicyDialogue.start(first.text, first.admissible_actions)
-    for step in expert_steps:
-        answer = answer_text(step.observation, step.action)
-        turns.append((dialogue, answer))
-        dialogue = dialogue.advance(answer, step.next_observation.text, step.next_observation.admissible_actions,
-                                    action_taken=step.action)
-    return turns
+def expert_episode(task: Task, expert_steps: Sequence[ExpertStep], scenario, tokenizer=None) -> Episode:
+    """The expert's game as the rollout would record it had the policy answered like the expert.
+
+    With a tokenizer, every step carries the exact prompt and response tokens (the stop
+    token ends each response); without one, only the text fields (enough for judge prompts).
+    """
+    episode = Episode(task=task, group_index=0, won=True, end_reason="won")
+    history: list[int] = []
+    stop_id = end_of_turn_id(tokenizer) if tokenizer is not None else None
+    for t, step in enumerate(expert_steps):
+        answer = scenario.answer_text(step.observation, step.action)
+        response: list[int] = []
+        if tokenizer is not None:
+            if t == 0:
+                history = first_prompt(tokenizer, scenario.initial_messages(task, step.observation))
+            else:
+                history = history + turn_delta(tokenizer, scenario.turn_message(episode, step.observation), "stop",
+                                               tokenizer.decode([stop_id]))
+            response = tokenizer.encode(answer) + [stop_id]
+        episode.steps.append(StepRecord(
+            observation=step.observation, prompt_tokens=list(history), response_tokens=response,
+            logprobs=[float("nan")] * len(response), response_text=answer, finish_reason="stop",
+            action=step.action, parse_status="ok", next_observation=step.next_observation))
+        history = history + response
+    return episode
 
 
-def whole_expert_dialogue(expert_steps: Sequence[ExpertStep]) -> prompts.PolicyDialogue | None:
-    turns = expert_dialogue(expert_steps)
-    if not turns:
-        return None
-    dialogue, answer = turns[-1]
-    last = expert_steps[-1]
-    return dialogue.advance(answer, last.next_observation.text, last.next_observation.admissible_actions,
-                            action_taken=last.action)
+def policy_sft_examples(episode: Episode, pack: bool = True) -> list[Example]:
+    """The expert's answers (+ stop token) after the conversation so far: one example per step,
+    or with `pack` one example holding every step (`rl.data.pack_turns`: same loss, O(T) tokens)."""
+    steps = [Example(step.prompt_tokens, step.response_tokens, 1.0, step.logprobs) for step in episode.steps]
+    packed = pack_turns(steps) if pack and len(steps) > 1 else None
+    return steps if packed is None else [packed]
 
 
-def policy_sft_examples(tokenizer, expert_steps: Sequence[ExpertStep]) -> list[Example]:
-    """One example per expert step: the chat so far (prompt) and the boxed index + end of turn."""
-    end = tokenizer.encode("<|im_end|>")
-    examples = []
-    for dialogue, answer in expert_dialogue(expert_steps):
-        response = tokenizer.encode(answer) + end
-        examples.append(Example(tokenizer.encode_chat(dialogue.messages), response, 1.0,
-                                [float("nan")] * len(response)))
-    return examples
-
-
-def _episode_of(task: Task, steps: Sequence[tuple[Observation, str, str, Observation]]) -> Episode:
-    records = [StepRecord(observation=o, prompt_tokens=[], response_tokens=[], logprobs=[], response_text=r,
-                          finish_reason="stop", action=a, parse_status="ok", next_observation=n)
-               for o, a, r, n in steps]
-    return Episode(task=task, group_index=0, steps=records)
-
-
-def reward_sft_examples(tokenizer, task: Task, expert_steps: Sequence[ExpertStep], rng: np.random.Generator,
-                        negatives_per_step: int = 1, env=None) -> list[Example]:
+def reward_sft_examples(tokenizer, scenario, task: Task, expert_steps: Sequence[ExpertStep],
+                        rng: np.random.Generator, negatives_per_step: int = 1, env=None) -> list[Example]:
     """Judge examples: each expert step labelled +1 and `negatives_per_step` other actions labelled -1."""
-    scenario = TextGameScenario()
     env = env or make_env(task.kind)
-    end = tokenizer.encode("<|im_end|>")
     examples = []
-    history: list[tuple[Observation, str, str, Observation]] = []
     for t, step in enumerate(expert_steps):
         others = [a for a in step.observation.admissible_actions if a != step.action]
         chosen = list(rng.choice(others, size=min(negatives_per_step, len(others)), replace=False)) if others else []
@@ -116,12 +106,10 @@ def reward_sft_examples(tokenizer, task: Task, expert_steps: Sequence[ExpertStep
                 for earlier in expert_steps[:t]:
                     env.step(earlier.action)
                 next_observation = env.step(action).observation
-            steps = history + [(step.observation, action, answer_text(step.observation, action), next_observation)]
-            prompt = tokenizer.encode_chat(scenario.judge_messages(task, _episode_of(task, steps), t))
-            response = tokenizer.encode("\\boxed{%d}" % label) + end
+            judged = list(expert_steps[:t]) + [ExpertStep(step.observation, action, next_observation)]
+            prompt = tokenizer.encode_chat(scenario.judge_messages(task, expert_episode(task, judged, scenario), t))
+            response = tokenizer.encode(scenario.judgment_text(label)) + [end_of_turn_id(tokenizer)]
             examples.append(Example(prompt, response, 1.0, [float("nan")] * len(response)))
-        history.append((step.observation, step.action, answer_text(step.observation, step.action),
-                        step.next_observation))
     return examples
 
 
@@ -129,10 +117,12 @@ def supervised_epochs(learner: Learner, state: TrainState, examples: Sequence[Ex
                       prefix: str, log: Callable[[str], None] = print) -> tuple[TrainState, list[float]]:
     """`epochs` passes over `examples`; returns the state and each epoch's mean loss."""
     losses = []
+    started = time.perf_counter()
     for epoch in range(epochs):
         metrics: Counter = Counter()
         state, epoch_metrics = train_phase(learner, state, examples, seed=seed + epoch, metrics=metrics,
                                            prefix=prefix)
         losses.append(epoch_metrics.get(f"{prefix}/entropy", float("nan")))  # = the targets' mean NLL
-        log(f"warm start {prefix}: epoch {epoch + 1}/{epochs} token NLL {losses[-1]:.4f}")
+        log(f"warm start {prefix}: epoch {epoch + 1}/{epochs} token NLL {losses[-1]:.4f} "
+            f"({time.perf_counter() - started:.0f} s)")
     return state, losses

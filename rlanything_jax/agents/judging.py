@@ -1,7 +1,8 @@
 """The reward model judges every policy step m times, from (step prompt, response, next observation).
 
 Judgments are independent single-turn generations, batched across all steps of all
-episodes, longest prompts together (less padding), in chunks that bound memory.
+episodes, longest prompts together (less padding), in chunks that bound memory. A
+step's m judgments share one prompt, prefilled once and sampled m times.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ class JudgeConfig:
     temperature: float = 0.8
     top_p: float = 0.95
     top_k: int = 0
-    batch_size: int = 64          # generations per sampler call
+    batch_size: int = 64          # generations per sampler call (batch_size // m prompts, at least one)
     max_prompt_tokens: int = 4096  # longer judge prompts are left-truncated (counted)
     seed: int = 0
 
@@ -52,7 +53,6 @@ class JudgeConfig:
 class _Request:
     episode: int
     step: int
-    sample: int
     tokens: tuple[int, ...]
 
 
@@ -62,11 +62,12 @@ def judge_episodes(reward_model: Sampler, scenario: JudgeScenario, episodes: Seq
     tokens and each judgment's (tokens, log-probabilities) for the reward model's training."""
     metrics = metrics if metrics is not None else Counter()
     tokenizer = reward_model.tokenizer
+    m = config.num_judgments
     requests = []
     for e, episode in enumerate(episodes):
         if not episode.trainable:
             continue
-        m, steps = config.num_judgments, len(episode.steps)
+        steps = len(episode.steps)
         episode.judgments = np.zeros((steps, m), np.int8)
         episode.judgment_valid = np.zeros((steps, m), bool)
         episode.judge_texts = [[""] * m for _ in range(steps)]
@@ -78,23 +79,24 @@ def judge_episodes(reward_model: Sampler, scenario: JudgeScenario, episodes: Seq
                 metrics["judge/prompts_truncated"] += 1
                 tokens = tokens[-config.max_prompt_tokens:]
             episode.judge_prompts.append(tokens)
-            requests.extend(_Request(e, t, j, tuple(tokens)) for j in range(m))
+            requests.append(_Request(e, t, tuple(tokens)))
     requests.sort(key=lambda r: len(r.tokens), reverse=True)
     strategy = make_strategy(config.temperature, config.top_k, config.top_p)
+    prompts_per_call = max(1, config.batch_size // m)
     started = time.perf_counter()
-    for chunk_index, start in enumerate(range(0, len(requests), config.batch_size)):
-        chunk = requests[start:start + config.batch_size]
+    for chunk_index, start in enumerate(range(0, len(requests), prompts_per_call)):
+        chunk = requests[start:start + prompts_per_call]
         completions = reward_model.generate([list(r.tokens) for r in chunk], config.max_new_tokens, strategy,
-                                            seed=config.seed * 1_000_003 + chunk_index)
-        for request, completion in zip(chunk, completions):
+                                            seed=config.seed * 1_000_003 + chunk_index, num_samples=m)
+        for index, completion in enumerate(completions):  # prompt-major: m samples of chunk[0], then chunk[1]...
+            request, sample = chunk[index // m], index % m
             parsed = scenario.parse_judgment(completion.text or "")
             metrics[f"parse/{scenario.name}_judgment/{parsed.status}"] += 1
             episode = episodes[request.episode]
-            episode.judgments[request.step, request.sample] = parsed.score
-            episode.judgment_valid[request.step, request.sample] = parsed.valid
-            episode.judge_texts[request.step][request.sample] = completion.text or ""
-            episode.judge_samples[request.step][request.sample] = (list(completion.token_ids),
-                                                                   list(completion.logprobs))
+            episode.judgments[request.step, sample] = parsed.score
+            episode.judgment_valid[request.step, sample] = parsed.valid
+            episode.judge_texts[request.step][sample] = completion.text or ""
+            episode.judge_samples[request.step][sample] = (list(completion.token_ids), list(completion.logprobs))
             metrics["judge_tokens"] += len(completion.token_ids)
     metrics["time_judge_s"] += time.perf_counter() - started
 

@@ -37,6 +37,10 @@ class TextGameScenario:
         choice = parsers.parse_action_index(response_text, len(candidates))
         return ParsedAction(action=candidates[choice.index], status=choice.status)
 
+    def answer_text(self, observation: Observation, action: str) -> str:
+        """What the policy should write to take `action` (the warm start's target): its index, boxed."""
+        return "\\boxed{%d}" % prompts.candidate_actions(observation.admissible_actions).index(action)
+
     # ---------------------------------------------------------------- reward model
 
     def judge_messages(self, task: Task, episode: Episode, step_index: int) -> list[Message]:
@@ -47,6 +51,9 @@ class TextGameScenario:
                                                 step.observation.admissible_actions)
         next_text = step.next_observation.text if step.next_observation is not None else ""
         return prompts.judge_messages(agent_prompt, step.response_text, next_text)
+
+    def judgment_text(self, label: int) -> str:
+        return "\\boxed{%d}" % label
 
     def parse_judgment(self, text: str) -> ParsedJudgment:
         judgment = parsers.parse_judgment(text)

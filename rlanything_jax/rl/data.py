@@ -6,28 +6,45 @@ few shapes only. Responses get an EOS when they lack one (its old log-probabilit
 unknown, NaN, and the train step treats it as on-policy). Over-long prompts are
 left-truncated or dropped, over-long responses cut; every such case is counted. The
 iterator's position is JSON state, so it checkpoints with the rest of the system.
+
+Turn packing: in a multi-turn episode step t + 1's prompt extends step t's prompt +
+response, so one sequence (the last prompt + its response) holds every step's
+response with exactly the context it was sampled with. `pack_turns` builds that
+example: its `segments` mark each step's response inside `response_ids` with the
+step's advantage; the tokens between them (environment messages) get no loss. It
+trains at O(T) tokens what the per-step examples train at O(T^2), with the same loss.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterator, Sequence
+from collections import Counter
+from typing import Iterator, NamedTuple, Sequence
 
 import grain
 import numpy as np
 
+from rlanything_jax.rl.losses import AGGREGATIONS
 from rlanything_jax.rl.train_step import TrainBatch
 
 OVERLONG_PROMPT_POLICIES = ("truncate_left", "drop")
+
+
+class Segment(NamedTuple):
+    """A trained span [start, end) of an example's response_ids, with its advantage."""
+    start: int
+    end: int
+    advantage: float
 
 
 @dataclasses.dataclass(frozen=True)
 class Example:
     prompt_ids: Sequence[int]
     response_ids: Sequence[int]
-    advantage: float
-    old_logprobs: Sequence[float]   # one per response token, from the sampler
+    advantage: float                # a packed example's advantages are in `segments`; this one is unused
+    old_logprobs: Sequence[float]   # one per response token, from the sampler (any value on context tokens)
     ref_logprobs: Sequence[float] | None = None
+    segments: Sequence[Segment] | None = None  # None: the whole response is one segment (a plain example)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,10 +58,119 @@ class DataConfig:
     append_eos: bool = True
     min_bucket: int = 32
     seed: int = 0
+    # None: a 0/1 loss mask and one advantage per row (plain examples only; the loss aggregates).
+    # "sequence_mean" / "token_mean": per-token advantages [N, L] and a weighted loss mask with which the
+    # loss's "token_mean" equals this aggregation over the per-step segments (see `collate`).
+    aggregation: str | None = None
 
 
 def _bucket(n: int, minimum: int) -> int:
     return max(minimum, 1 << (max(n, 1) - 1).bit_length())
+
+
+def pack_turns(steps: Sequence[Example]) -> Example | None:
+    """One example holding an episode's plain per-step examples, or None when some step's prompt does
+    not start with the previous step's prompt + response (e.g. a left-truncated history)."""
+    if not steps or any(s.segments is not None for s in steps):
+        raise ValueError("pack_turns takes the plain examples of one episode's steps")
+    with_ref = steps[0].ref_logprobs is not None
+    if any((s.ref_logprobs is not None) != with_ref for s in steps):
+        return None
+    prompt = list(steps[0].prompt_ids)
+    sequence, response, old, ref, segments = list(prompt), [], [], [], []
+    for step in steps:
+        step_prompt = list(step.prompt_ids)
+        if step_prompt[:len(sequence)] != sequence:
+            return None
+        context = step_prompt[len(sequence):]
+        response += context
+        old += [0.0] * len(context)
+        ref += [0.0] * len(context)
+        segments.append(Segment(len(response), len(response) + len(step.response_ids), float(step.advantage)))
+        response += list(step.response_ids)
+        old += list(step.old_logprobs)
+        ref += list(step.ref_logprobs) if with_ref else []
+        sequence = step_prompt + list(step.response_ids)
+    return Example(prompt, response, 0.0, old, ref if with_ref else None, tuple(segments))
+
+
+def unpack(example: Example) -> list[Example]:
+    """The plain per-step examples of a packed example (inverse of `pack_turns`)."""
+    prompt, response = list(example.prompt_ids), list(example.response_ids)
+    ref = example.ref_logprobs
+    return [Example(prompt + response[:s], response[s:e], a, list(example.old_logprobs[s:e]),
+                    None if ref is None else list(ref[s:e])) for s, e, a in example.segments]
+
+
+def _prepare_plain(ex: Example, cfg: DataConfig, counts: dict[str, int]) -> Example | None:
+    if ex.advantage == 0:
+        counts["zero_advantage_dropped"] += 1  # no gradient; the reference drops them too
+        return None
+    prompt, response, old = list(ex.prompt_ids), list(ex.response_ids), list(ex.old_logprobs)
+    ref = None if ex.ref_logprobs is None else list(ex.ref_logprobs)
+    if len(prompt) > cfg.max_prompt_tokens:
+        if cfg.overlong_prompt == "drop":
+            counts["prompts_dropped"] += 1
+            return None
+        prompt = prompt[-cfg.max_prompt_tokens:]
+        counts["prompts_truncated"] += 1
+    if cfg.append_eos and (not response or response[-1] != cfg.eos_id):
+        response, old = response + [cfg.eos_id], old + [float("nan")]
+        ref = None if ref is None else ref + [float("nan")]
+        counts["eos_appended"] += 1
+    if len(response) > cfg.max_response_tokens:
+        response, old = response[:cfg.max_response_tokens], old[:cfg.max_response_tokens]
+        ref = None if ref is None else ref[:cfg.max_response_tokens]
+        counts["responses_truncated"] += 1
+    return Example(prompt, response, float(ex.advantage), old, ref)
+
+
+def _prepare_packed(ex: Example, cfg: DataConfig, counts: dict[str, int]) -> list[Example]:
+    """The plain rules per segment. A segment without EOS gets the sequence's next token trained when that
+    is the EOS (what its plain example appends); the last one gets an EOS appended. Too long: per step."""
+    counts["packed"] += 1
+    bounds = [0] + [x for seg in ex.segments for x in seg[:2]] + [len(ex.response_ids)]
+    if any(x > y for x, y in zip(bounds, bounds[1:])):
+        raise ValueError("a packed example's segments must be ordered, disjoint spans of its response")
+    # A zero-advantage step has no gradient and the plain path drops it: here its tokens become context.
+    segments = [seg for seg in ex.segments if seg.advantage != 0]
+    local = Counter(zero_advantage_segments=len(ex.segments) - len(segments))  # counted if the example is kept
+    if not segments:
+        counts["zero_advantage_dropped"] += 1
+        return []
+    end_of_training = segments[-1].end  # nothing after the last trained segment is needed
+    response, old = list(ex.response_ids[:end_of_training]), list(ex.old_logprobs[:end_of_training])
+    ref = None if ex.ref_logprobs is None else list(ex.ref_logprobs[:end_of_training])
+    kept = []
+    for i, (start, end, advantage) in enumerate(segments):
+        if cfg.append_eos and (end == start or response[end - 1] != cfg.eos_id):
+            following = segments[i + 1].start if i + 1 < len(segments) else None
+            if following is None:
+                response, old = response + [cfg.eos_id], old + [float("nan")]
+                ref = None if ref is None else ref + [float("nan")]
+                end += 1
+                local["eos_appended"] += 1
+            elif end < following and response[end] == cfg.eos_id:
+                old[end] = float("nan")  # never sampled here: on-policy, as an appended EOS
+                if ref is not None:
+                    ref[end] = float("nan")
+                end += 1
+                local["eos_appended"] += 1
+            else:  # the sequence goes on with another token: no EOS can be trained here
+                local["packed_eos_skipped"] += 1
+        if end - start > cfg.max_response_tokens:
+            end = start + cfg.max_response_tokens  # the rest stays as context
+            local["responses_truncated"] += 1
+        kept.append(Segment(start, end, float(advantage)))
+    response, old = response[:kept[-1].end], old[:kept[-1].end]
+    ref = None if ref is None else ref[:kept[-1].end]
+    if len(ex.prompt_ids) + len(response) > cfg.max_prompt_tokens + cfg.max_response_tokens:
+        counts["packed_fallback"] += 1
+        return [p for p in (_prepare_plain(step, cfg, counts) for step in unpack(ex)) if p is not None]
+    for name, count in local.items():
+        counts[name] += count
+    counts["packed_segments"] += len(kept)
+    return [Example(list(ex.prompt_ids), response, 0.0, old, ref, tuple(kept))]
 
 
 def prepare_examples(examples: Sequence[Example], cfg: DataConfig) -> tuple[list[Example], dict[str, int]]:
@@ -53,39 +179,39 @@ def prepare_examples(examples: Sequence[Example], cfg: DataConfig) -> tuple[list
         raise ValueError(f"overlong_prompt must be one of {OVERLONG_PROMPT_POLICIES}, got {cfg.overlong_prompt!r}")
     counts = dict(examples=len(examples), prompts_dropped=0, prompts_truncated=0, responses_truncated=0,
                   eos_appended=0, zero_advantage_dropped=0)
+    if any(ex.segments is not None for ex in examples):  # plain-only runs keep their exact counts
+        counts.update(packed=0, packed_segments=0, packed_fallback=0, packed_eos_skipped=0,
+                      zero_advantage_segments=0)
     kept = []
     for ex in examples:
         if len(ex.old_logprobs) != len(ex.response_ids):
             raise ValueError("an example needs one old log-probability per response token")
-        if ex.advantage == 0:
-            counts["zero_advantage_dropped"] += 1  # no gradient; the reference drops them too
-            continue
-        prompt, response, old = list(ex.prompt_ids), list(ex.response_ids), list(ex.old_logprobs)
-        ref = None if ex.ref_logprobs is None else list(ex.ref_logprobs)
-        if len(prompt) > cfg.max_prompt_tokens:
-            if cfg.overlong_prompt == "drop":
-                counts["prompts_dropped"] += 1
-                continue
-            prompt = prompt[-cfg.max_prompt_tokens:]
-            counts["prompts_truncated"] += 1
-        if cfg.append_eos and (not response or response[-1] != cfg.eos_id):
-            response, old = response + [cfg.eos_id], old + [float("nan")]
-            ref = None if ref is None else ref + [float("nan")]
-            counts["eos_appended"] += 1
-        if len(response) > cfg.max_response_tokens:
-            response, old = response[:cfg.max_response_tokens], old[:cfg.max_response_tokens]
-            ref = None if ref is None else ref[:cfg.max_response_tokens]
-            counts["responses_truncated"] += 1
-        kept.append(Example(prompt, response, float(ex.advantage), old, ref))
+        if ex.segments is None:
+            prepared = _prepare_plain(ex, cfg, counts)
+            kept += [] if prepared is None else [prepared]
+        else:
+            kept += _prepare_packed(ex, cfg, counts)
     counts["kept"] = len(kept)
     return kept, counts
+
+
+def _segments(ex: Example) -> Sequence[Segment]:
+    return ex.segments if ex.segments is not None else (Segment(0, len(ex.response_ids), ex.advantage),)
 
 
 def collate(examples: Sequence[Example], cfg: DataConfig) -> TrainBatch:
     """Left-padded prompts + right-padded responses in one [batch_size, bucket] array set.
 
-    A short final batch is filled with empty rows (all-zero loss mask).
+    With `cfg.aggregation`, each segment's tokens get its advantage and a loss weight:
+    1 / its length for "sequence_mean", 1 for "token_mean". The loss's token mean
+    sum(l * w) / sum(w) is then the mean over segments of their token means (each
+    segment's weights sum to 1), resp. the mean over tokens, as if every segment were
+    its own row. A short final batch is filled with empty rows (all-zero loss mask).
     """
+    if cfg.aggregation is not None and cfg.aggregation not in AGGREGATIONS:
+        raise ValueError(f"aggregation must be None or one of {AGGREGATIONS}, got {cfg.aggregation!r}")
+    if cfg.aggregation is None and any(e.segments is not None for e in examples):
+        raise ValueError("packed examples need DataConfig.aggregation (per-token advantages and weights)")
     width = _bucket(max(len(e.prompt_ids) + len(e.response_ids) for e in examples), cfg.min_bucket)
     prompt_width = max(len(e.prompt_ids) for e in examples)
     shape = (cfg.batch_size, width)
@@ -95,20 +221,28 @@ def collate(examples: Sequence[Example], cfg: DataConfig) -> TrainBatch:
     loss_mask = np.zeros(shape, np.float32)
     old = np.zeros(shape, np.float32)
     ref = np.zeros(shape, np.float32) if any(e.ref_logprobs is not None for e in examples) else None
-    advantages = np.zeros((cfg.batch_size,), np.float32)
+    advantages = np.zeros((cfg.batch_size,) if cfg.aggregation is None else shape, np.float32)
     for row, ex in enumerate(examples):
-        start = prompt_width - len(ex.prompt_ids)
         sequence = list(ex.prompt_ids) + list(ex.response_ids)
+        # Prompts end at one column when they can; a long packed response may need the row shifted left
+        # (positions come from the attention mask, so any left padding is equivalent).
+        start = min(prompt_width - len(ex.prompt_ids), width - len(sequence))
         ids[row, start:start + len(sequence)] = sequence
         attention[row, start:start + len(sequence)] = 1
         targets[row, start:start + len(sequence) - 1] = sequence[1:]
-        # Position p predicts token p + 1: the response tokens are predicted from prompt_width - 1 on.
-        first, n = prompt_width - 1, len(ex.response_ids)
-        loss_mask[row, first:first + n] = 1.0
+        # Position p predicts token p + 1: response token i is predicted from column first + i.
+        first, n = start + len(ex.prompt_ids) - 1, len(ex.response_ids)
         old[row, first:first + n] = ex.old_logprobs
         if ref is not None:
             ref[row, first:first + n] = ex.ref_logprobs if ex.ref_logprobs is not None else ex.old_logprobs
-        advantages[row] = ex.advantage
+        if cfg.aggregation is None:
+            loss_mask[row, first:first + n] = 1.0
+            advantages[row] = ex.advantage
+            continue
+        for s, e, advantage in _segments(ex):
+            if e > s:
+                loss_mask[row, first + s:first + e] = 1.0 / (e - s) if cfg.aggregation == "sequence_mean" else 1.0
+                advantages[row, first + s:first + e] = advantage
     return TrainBatch(input_ids=ids, attention_mask=attention, targets=targets, loss_mask=loss_mask, old_logp=old,
                       advantages=advantages, ref_logp=ref)
 

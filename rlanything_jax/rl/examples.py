@@ -2,9 +2,11 @@
 
 Policy: per task, R[g, t] = w_O * O_g + lambda * mean_j S[g, t, j], z-scored per step
 index over the task's rollouts; every step is one (prompt, response, advantage)
-example. Reward model: per judged step, R * S_j (the penalty when S_j did not parse),
-z-scored over the step's m judgments; only tasks whose accuracy is in the band.
-The ablations of the paper are weights here: outcome only (lambda = 0), step-wise
+example, or with `pack_turns` every episode is one example holding all its steps
+(`rl/data.pack_turns`: the same loss at O(T) instead of O(T^2) tokens). Reward
+model: per judged step, R * S_j (the penalty when S_j did not parse), z-scored
+over the step's m judgments; only tasks whose accuracy is in the band. The
+ablations of the paper are weights here: outcome only (lambda = 0), step-wise
 reward only (w_O = 0).
 """
 
@@ -18,7 +20,7 @@ import numpy as np
 
 from rlanything_jax.agents.trajectory import Episode, group_arrays, task_accuracy
 from rlanything_jax.rl.advantages import stepwise_group_advantages
-from rlanything_jax.rl.data import Example
+from rlanything_jax.rl.data import Example, pack_turns as pack_episode
 from rlanything_jax.rl.rewards import consistency_advantages, integrated_step_reward
 
 
@@ -48,7 +50,9 @@ def _in_band(acc: float | None, low: float, high: float) -> bool:
 
 
 def policy_examples(groups: Mapping[str, Sequence[Episode]], cfg: SignalConfig,
-                    metrics: Counter | None = None) -> list[Example]:
+                    metrics: Counter | None = None, pack_turns: bool = False) -> list[Example]:
+    """Policy examples of the tasks in the accuracy band: one per step, or with `pack_turns` one per
+    multi-step episode (per step when its prompts do not extend each other, counted as unpacked)."""
     metrics = metrics if metrics is not None else Counter()
     examples = []
     for episodes in groups.values():
@@ -60,9 +64,15 @@ def policy_examples(groups: Mapping[str, Sequence[Episode]], cfg: SignalConfig,
         advantages = np.asarray(stepwise_group_advantages(rewards, mask, cfg.singleton))
         metrics["policy_data/tasks"] += 1
         for g, episode in enumerate(trainable):
-            for t, step in enumerate(episode.steps):
-                examples.append(Example(step.prompt_tokens, step.response_tokens, float(advantages[g, t]),
-                                        step.logprobs))
+            steps = [Example(step.prompt_tokens, step.response_tokens, float(advantages[g, t]), step.logprobs)
+                     for t, step in enumerate(episode.steps)]
+            if pack_turns and len(steps) > 1:  # a one-step episode is its own packed example
+                packed = pack_episode(steps)
+                metrics[f"policy_data/{'unpacked' if packed is None else 'packed'}_episodes"] += 1
+                if packed is not None:
+                    examples.append(packed)
+                    continue
+            examples += steps
     metrics["policy_data/examples"] += len(examples)
     return examples
 

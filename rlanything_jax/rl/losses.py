@@ -11,16 +11,21 @@ AGGREGATIONS = ("sequence_mean", "token_mean")
 _LOG_RATIO_BOUND = 10.0
 
 
+def _safe_divide(total: jnp.ndarray, count: jnp.ndarray) -> jnp.ndarray:
+    # Not max(count, 1): a weighted mask's sums may be fractional (rl/data.py writes 1/length weights).
+    return total / jnp.where(count > 0, count, 1.0)
+
+
 def _aggregate(per_token: jnp.ndarray, mask: jnp.ndarray, aggregation: str) -> jnp.ndarray:
     """sequence_mean: each sequence's token mean, then the mean over non-empty sequences (the reference);
-    token_mean: one mean over every token of the batch."""
+    token_mean: one mean over every token of the batch. A mask may hold weights: the means are weighted."""
     if aggregation == "sequence_mean":
         tokens = jnp.sum(mask, axis=-1)
-        per_sequence = jnp.sum(per_token * mask, axis=-1) / jnp.maximum(tokens, 1.0)
+        per_sequence = _safe_divide(jnp.sum(per_token * mask, axis=-1), tokens)
         # Rows without tokens (batch padding) do not dilute the mean.
-        return jnp.sum(per_sequence) / jnp.maximum(jnp.sum(tokens > 0), 1.0)
+        return _safe_divide(jnp.sum(per_sequence), jnp.sum(tokens > 0).astype(jnp.float32))
     if aggregation == "token_mean":
-        return jnp.sum(per_token * mask) / jnp.maximum(jnp.sum(mask), 1.0)
+        return _safe_divide(jnp.sum(per_token * mask), jnp.sum(mask))
     raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {aggregation!r}")
 
 
@@ -31,6 +36,7 @@ def ppo_clip_k3_loss(logp_new: jnp.ndarray, logp_old: jnp.ndarray, advantages: j
     """Loss and metrics for token log-probabilities [B, T].
 
     `advantages` is [B] (one per sequence, broadcast over its tokens) or [B, T].
+    `mask` is 0/1, or non-negative token weights (weighted means; > 0 marks a trained token).
     The KL term is k3 = exp(-d) - 1 + d with d = logp_new - logp_base, against the
     old policy (the reference) or, when `ref_logp` is given, a frozen reference model.
     """
@@ -49,13 +55,15 @@ def ppo_clip_k3_loss(logp_new: jnp.ndarray, logp_old: jnp.ndarray, advantages: j
     kl = _aggregate(k3, mask, aggregation)
     loss = policy_loss + beta * kl
 
-    tokens = jnp.maximum(jnp.sum(mask), 1.0)
+    # The diagnostics are plain means over the trained tokens, whatever weights the mask holds.
+    trained = (mask > 0).astype(jnp.float32)
+    tokens = jnp.maximum(jnp.sum(trained), 1.0)
     outside = (jnp.abs(ratio - 1.0) > eps).astype(jnp.float32)
     metrics = {
         "policy_loss": policy_loss,
         "kl": kl,
-        "clip_fraction": jnp.sum(outside * mask) / tokens,
-        "entropy": -jnp.sum(logp_new * mask) / tokens,  # sampled-token estimate of the entropy
-        "ratio_mean": jnp.sum(ratio * mask) / tokens,
+        "clip_fraction": jnp.sum(outside * trained) / tokens,
+        "entropy": -jnp.sum(jnp.where(mask > 0, logp_new, 0.0)) / tokens,  # sampled-token estimate of the entropy
+        "ratio_mean": jnp.sum(ratio * trained) / tokens,
     }
     return loss, metrics

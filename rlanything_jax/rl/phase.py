@@ -5,6 +5,11 @@ As in the reference, a phase makes one pass over its examples in roughly
 padded with empty rows, which carry no loss). Shapes are bucketed (micro-batches
 per update to a power of two, sequence width by `data.collate`), so a run compiles
 a few train steps, which `Learner.compiled` keeps.
+
+The configured aggregation is applied by the data (`DataConfig.aggregation`: per-token
+advantages and loss weights), and the step always takes the weighted token mean. So
+turn-packed examples, which hold several steps' responses in one row, train exactly
+as their per-step examples would; plain examples train as before.
 """
 
 from __future__ import annotations
@@ -45,8 +50,9 @@ class Learner:
         key = (num_micro,) + tuple(batch.input_ids.shape) + (batch.ref_logp is None,)
         if key not in self.compiled:
             cfg = self.train_config
+            # The batch's loss weights carry cfg["aggregation"] (see the module docstring).
             spec = TrainSpec(graphdef=self.graphdef, tx=self.tx, clip_eps=cfg["clip_eps"], kl_beta=cfg["kl_beta"],
-                             aggregation=cfg["aggregation"], num_micro_batches=num_micro)
+                             aggregation="token_mean", num_micro_batches=num_micro)
             self.compiled[key] = jit_train_step(spec, state, batch, self.mesh, self.rules)
         return self.compiled[key]
 
@@ -68,7 +74,7 @@ def train_phase(learner: Learner, state: TrainState, examples: Sequence[Example]
     data_cfg = DataConfig(batch_size=1, max_prompt_tokens=cfg["max_prompt_tokens"],
                           max_response_tokens=cfg["max_response_tokens"], eos_id=learner.eos_id,
                           pad_id=learner.pad_id, overlong_prompt=cfg["overlong_prompt"],
-                          append_eos=cfg["append_eos"], seed=seed)
+                          append_eos=cfg["append_eos"], aggregation=cfg["aggregation"], seed=seed)
     probe = BatchIterator(examples, data_cfg)  # applies the length rules once, for the counts
     for name, count in probe.counts.items():
         metrics[f"{prefix}_data/{name}"] += count

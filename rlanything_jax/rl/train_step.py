@@ -7,8 +7,9 @@ and donates the state (MaxText's pattern); any JAX stack can call either.
 
 A batch holds N sequences: `input_ids` [N, L] (left-padded prompt + response),
 `targets` [N, L] (the next token at each position), `loss_mask` [N, L] (1 where the
-target is a response token), `old_logp` [N, L] (the sampler's log-probabilities of
-the targets), `advantages` [N] or [N, L], optional `ref_logp` [N, L].
+target is a response token, or a positive per-token weight: see `rl/data.collate`),
+`old_logp` [N, L] (the sampler's log-probabilities of the targets), `advantages` [N]
+or [N, L], optional `ref_logp` [N, L].
 """
 
 from __future__ import annotations

@@ -143,6 +143,32 @@ def prefill(params: nnx.State, state: DecodeState, tokens: jax.Array, token_vali
     )
 
 
+def is_axes(node: Any) -> bool:
+    """A tuple of logical axis names (a leaf of `state_logical_axes`)."""
+    return isinstance(node, tuple) and all(a is None or isinstance(a, str) for a in node)
+
+
+def replicate_rows(state: DecodeState, num_rows: jax.Array, num_samples: jax.Array, *, batch: int) -> DecodeState:
+    """A state of `batch` (static) rows where row r * num_samples + j is a copy of row r.
+
+    Copies every per-row leaf (cache, valid columns, positions, next-token logits,
+    done flags), so a prompt prefilled once can be decoded num_samples times. Nothing
+    has been sampled yet (the first token comes from `logits` inside `decode`), and
+    decode draws independent noise per row from one key, so the copies diverge.
+    Rows past num_rows * num_samples are batch padding: done, with no valid column.
+    """
+    rows = jnp.arange(batch)
+    real = rows < num_rows * num_samples
+    source = jnp.where(real, rows // num_samples, 0)
+
+    def take(axes, leaf):
+        return jnp.take(leaf, source, axis=0) if axes[:1] == ("batch",) else leaf
+
+    state = jax.tree.map(take, state_logical_axes(len(state.cache.k)), state, is_leaf=is_axes)
+    return state.replace(cache=state.cache.replace(valid=state.cache.valid & real[:, None]),
+                         done=state.done | ~real)
+
+
 @dataclasses.dataclass(frozen=True)
 class DecodeSpec:
     """What a decode loop is compiled for (hashable: a jit static)."""

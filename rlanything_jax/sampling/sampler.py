@@ -3,13 +3,15 @@
 Shapes are bucketed (batch, prompt length, cache length, output buffer) so a run
 compiles a handful of programs; `Sampler.compilations` counts them. Every program
 is `jax.jit` with explicit shardings over the sampler's mesh (batch over the data
-axes, cache heads over `tensor`) and donates the decode state.
+axes, cache heads over `tensor`) and donates the decode state (except "replicate",
+which copies each prompt's prefilled rows for several samples into a larger state).
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 from typing import Any, Sequence
 
 import jax
@@ -51,11 +53,6 @@ def window_buckets(cache_length: int, min_window: int) -> tuple[int, ...]:
     return tuple(windows) + (cache_length,)
 
 
-def _is_axes(node: Any) -> bool:
-    """A tuple of logical axis names (a leaf of `state_logical_axes`)."""
-    return isinstance(node, tuple) and all(a is None or isinstance(a, str) for a in node)
-
-
 @dataclasses.dataclass
 class Conversation:
     """A batch of conversations whose KV cache stays on device between turns."""
@@ -89,6 +86,8 @@ class Sampler:
         self.params = jax.device_put(params, self._param_shardings)
         self.cache_dtype = jnp.dtype(config.cache_dtype or model.dtype)
         self.compilations: collections.Counter[str] = collections.Counter()
+        # Real (non-padding) "rows" and "tokens" sent through prefill: shows what replication saves.
+        self.prefilled: collections.Counter[str] = collections.Counter()
         self._programs: dict[tuple, Any] = {}
 
     # ------------------------------------------------------------------ weights
@@ -108,7 +107,7 @@ class Sampler:
             return sharding_lib.named_sharding(self.mesh, axes, self.rules, leaf.shape)
 
         return jax.tree.map(to_sharding, decode_lib.state_logical_axes(self.model_config.num_layers), state_shapes,
-                            is_leaf=_is_axes)
+                            is_leaf=decode_lib.is_axes)
 
     def _program(self, kind: str, state: decode_lib.DecodeState, **static) -> Any:
         # Shardings depend on shapes (a mesh axis that does not divide a dim is dropped).
@@ -142,6 +141,14 @@ class Sampler:
             batch_1d = sharding_lib.named_sharding(self.mesh, ("batch",), self.rules, state.done.shape)
             in_shardings = (state_shardings, batch_1d, replicated)
             donate = (0,)
+        elif kind == "replicate":
+            def program(state, num_rows, num_samples):
+                counter["replicate"] += 1
+                return decode_lib.replicate_rows(state, num_rows, num_samples, **static)
+            in_shardings = (state_shardings, replicated, replicated)
+            # The output has more rows than the input: no buffer could be reused, so nothing is donated.
+            bigger = jax.eval_shape(functools.partial(decode_lib.replicate_rows, **static), state, 1, 1)
+            return jax.jit(program, in_shardings=in_shardings, out_shardings=self._state_shardings(bigger))
         else:
             raise ValueError(kind)
         return jax.jit(program, in_shardings=in_shardings, out_shardings=state_shardings, donate_argnums=donate)
@@ -149,10 +156,16 @@ class Sampler:
     # ------------------------------------------------------------------ conversations
 
     def start(self, prompts: Sequence[Sequence[int]], max_new_tokens: int,
-              cache_length: int | None = None) -> Conversation:
-        """Prefills a batch of token-id prompts into a fresh cache."""
+              cache_length: int | None = None, num_samples: int = 1) -> Conversation:
+        """Prefills a batch of token-id prompts into a fresh cache.
+
+        With num_samples = k, each prompt is prefilled once and its cache row copied k
+        times: the conversation has k rows per prompt, prompt-major (prompt 0's k rows first).
+        """
         if not prompts or any(len(p) == 0 for p in prompts):
             raise ValueError("every prompt needs at least one token")
+        if num_samples < 1:
+            raise ValueError(f"num_samples must be >= 1, got {num_samples}")
         batch = bucket_length(len(prompts), 1)
         prompt_length = bucket_length(max(len(p) for p in prompts), 16)
         needed = prompt_length + max_new_tokens
@@ -166,7 +179,16 @@ class Sampler:
         state = jax.device_put(state, self._state_shardings(state))
         conversation = Conversation(state=state, num_rows=len(prompts))
         self._append(conversation, prompts, prompt_length)
+        if num_samples > 1:
+            self._replicate(conversation, num_samples)
         return conversation
+
+    def _replicate(self, conversation: Conversation, num_samples: int) -> None:
+        rows = conversation.num_rows * num_samples
+        program = self._program("replicate", conversation.state, batch=bucket_length(rows, 1))
+        conversation.state = program(conversation.state, jnp.asarray(conversation.num_rows, jnp.int32),
+                                     jnp.asarray(num_samples, jnp.int32))
+        conversation.num_rows = rows
 
     def extend(self, conversation: Conversation, new_tokens: Sequence[Sequence[int]]) -> None:
         """Appends each row's next tokens (e.g. the next observation); rows given [] sit the turn out."""
@@ -190,6 +212,8 @@ class Sampler:
         windows = window_buckets(conversation.cache_length, self.config.min_window)
         window = next(w for w in windows if w >= conversation.used_columns + length)
         program = self._program("prefill", state, window=window)
+        self.prefilled.update(rows=sum(1 for ids in token_lists if ids),
+                              tokens=sum(len(ids) for ids in token_lists))
         conversation.state = program(self.params, state, tokens, valid)
 
     def decode(self, conversation: Conversation, max_new_tokens: int, strategy: SamplingStrategy = Greedy(),
@@ -229,10 +253,14 @@ class Sampler:
 
     def generate(self, prompts: Sequence[str] | Sequence[Sequence[int]], max_new_tokens: int,
                  strategy: SamplingStrategy = Greedy(), seed: int = 0, chat: bool = False,
-                 stop_strings: Sequence[str] = (), stop_token_ids: Sequence[int] | None = None) -> list[Completion]:
-        """Prompts (text, chat messages' user text with chat=True, or token ids) -> completions."""
+                 stop_strings: Sequence[str] = (), stop_token_ids: Sequence[int] | None = None,
+                 num_samples: int = 1) -> list[Completion]:
+        """Prompts (text, chat messages' user text with chat=True, or token ids) -> completions.
+
+        num_samples completions per prompt, prompt-major; each prompt is prefilled once.
+        """
         token_lists = [self._encode(p, chat) for p in prompts]
-        conversation = self.start(token_lists, max_new_tokens)
+        conversation = self.start(token_lists, max_new_tokens, num_samples=num_samples)
         return self.decode(conversation, max_new_tokens, strategy, seed, stop_token_ids, stop_strings)
 
     def _encode(self, prompt: str | Sequence[int], chat: bool) -> list[int]:

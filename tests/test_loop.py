@@ -1,0 +1,387 @@
+"""Two RLAnything steps of the default configuration (generated ALFWorld games, compact prompts,
+scratch-built models), shrunk: 1-layer models, 4 task slots, G = 8, 6 turns.
+
+Everything `rl_step` runs is real: the policy and reward-model samplers, the environment
+runner, the procedural task generator, the task pool, the reward and advantage code and
+both train phases. Two things are scripted so that the outcome of every group is known in
+advance and the expectations can be computed by hand:
+- the actions sent to the environment (`play_episodes`' own `action_override`): rollout g of
+  a task wins iff g < its scripted number of wins, by playing the expert's walkthrough (odd g
+  after one "look" when there is room); the others only look around until the turn limit.
+  The policy's responses are still sampled and recorded, and are what the train phases see.
+- the reading of the judge's text: an untrained model never writes `\\boxed{..}`, so a text
+  the real parser rejects is mapped, by a hash of the text, to +1, -1 or "invalid", which
+  gives a mix of all three votes.
+The train phases, the example builders and the generator are wrapped by recorders that call
+the real functions.
+
+Script (slot: step-1 task and wins of G = 8 | step-2 task and wins). Bands: policy data [1/8, 7/8],
+reward-model data [0.2, 0.8], rewrites outside [0.2, 0.8], acceptance in [0.2, 0.8].
+  S0: T0 8/8: acc 1, "harder" candidate C0        | C0 1/8: 0.125 < 0.2, rejected (in the policy band)
+  S1: T1 0/8: acc 0, "easier" candidate C1        | C1 6/8: 0 < 0.75 <= 0.8, accepted
+  S2: T2 4/8: in every band, no candidate         | T2 7/8: policy data only; "harder" candidate
+  S3: P 4/8, pre-seeded "harder" candidate with   | T3 0/8: "easier" candidate
+      prev_acc 0.5: 0.5 is not < 0.5, rejected (in both bands)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import zlib
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+from rlanything_jax import assemble, loop, sharding
+from rlanything_jax.agents.judging import ParsedJudgment
+from rlanything_jax.config import load_config
+from rlanything_jax.curriculum.adaptation import accept_candidate
+from rlanything_jax.curriculum.task_pool import Candidate, TaskPool, propose
+from rlanything_jax.envs import alfworld
+from rlanything_jax.envs.alfworld_knobs import GameKnobs
+from rlanything_jax.envs.runner import EnvRunner
+from rlanything_jax.loop import Services, SystemState, rl_step
+from rlanything_jax.rl.data import unpack
+from rlanything_jax.rl.train_state import init_train_state
+
+G = 8
+MAX_TURNS = 6
+OVERRIDES = ["env.num_train_tasks=4", "env.num_eval_tasks=0", "env.workers=1", "rollout.tasks_per_step=4",
+             f"rollout.group_size={G}", f"rollout.max_turns={MAX_TURNS}", "model.scratch.num_layers=1",
+             "model.scratch.vocab_size=512", "warm_start.enabled=False", "warm_start.num_tasks=4"]
+
+
+# ------------------------------------------------------------------ scripted pieces
+
+class _Script:
+    """How many of a task's G rollouts win; candidates are named by ("candidate", raw task id)."""
+
+    def __init__(self):
+        self.wins: dict = {}
+        self._plans: dict[str, list[str]] = {}
+
+    @staticmethod
+    def key(task):
+        if "proposed_by" in task.payload:
+            return ("candidate", task.payload["raw_task_id"])
+        return task.task_id
+
+    def wins_of(self, task) -> int:
+        return self.wins[self.key(task)]  # a KeyError: a task the script did not expect was played
+
+    def action(self, episode, observation) -> str:
+        t, g = len(episode.steps) - 1, episode.group_index  # the step just recorded
+        if g < self.wins_of(episode.task):
+            if episode.task.task_id not in self._plans:
+                self._plans[episode.task.task_id] = alfworld.expert_actions(episode.task)
+            plan = self._plans[episode.task.task_id]
+            plan = ["look"] * (g % 2 and len(plan) < MAX_TURNS - 1) + plan
+            assert len(plan) <= MAX_TURNS
+            return plan[t]
+        return ("look", "inventory")[(t + g) % 2]
+
+
+@dataclasses.dataclass(frozen=True)
+class _HashedJudge:
+    """The configured scenario, with untrained judges' texts read as +1 / -1 / invalid by a hash."""
+
+    inner: object
+    name: str = "compact_game"
+
+    def __getattr__(self, attribute):
+        return getattr(self.inner, attribute)
+
+    def parse_judgment(self, text: str) -> ParsedJudgment:
+        parsed = self.inner.parse_judgment(text)
+        if parsed.valid:
+            return parsed
+        code = zlib.crc32(text.encode()) % 3
+        return ParsedJudgment(score=(1, -1, 0)[code], valid=code < 2, status="hashed")
+
+
+def _services(cfg, workdir: Path, runner) -> tuple[Services, SystemState, list]:
+    """What `run.run_rl` builds (without warm start or checkpoints)."""
+    # One device, as the default configuration runs on a CPU (the suite fakes 8, for sharding tests).
+    mesh = sharding.build_mesh(dict(cfg.mesh.shape), devices=jax.devices()[:1])
+    tasks = assemble.build_tasks(cfg, workdir / "games")
+    expert_env = alfworld.AlfworldEnv()
+    samplers, learners = {}, {}
+    for role in ("policy", "reward"):
+        directory = assemble.model_dir(cfg, role, workdir,
+                                       lambda: assemble.scratch_corpus(cfg, tasks.train, expert_env))
+        model, tokenizer = assemble.load_model(cfg, role, directory, mesh)
+        samplers[role] = assemble.sampler_for(cfg, model, tokenizer, mesh)
+        learners[role] = assemble.learner_for(cfg, role, model, tokenizer, mesh)
+    services = Services(policy_sampler=samplers["policy"], reward_sampler=samplers["reward"],
+                        policy_learner=learners["policy"], reward_learner=learners["reward"], runner=runner,
+                        scenario=_HashedJudge(assemble.build_scenario(cfg)),
+                        generator=assemble.task_generator(cfg, workdir, None),
+                        step_labeler=assemble.walkthrough_step_label, seed=cfg.seed, log=print)
+    state = SystemState(step=0, policy=init_train_state(samplers["policy"].params, learners["policy"].tx),
+                        reward=init_train_state(samplers["reward"].params, learners["reward"].tx),
+                        pool=TaskPool.from_tasks(tasks.train))
+    return services, state, tasks.train
+
+
+class _Recorder:
+    """Wraps what `rl_step` calls and keeps what it was given."""
+
+    def __init__(self, monkeypatch, script: _Script, generator):
+        self.episodes, self.trained, self.groups, self.proposals = [], [], {}, []
+        real_play, real_train = loop.play_episodes, loop.train_phase
+        real_policy, real_reward = loop.policy_examples, loop.reward_model_examples
+        real_propose = generator.propose
+
+        def play(sampler, runner, scenario, tasks, config, **kwargs):
+            assert "action_override" not in kwargs
+            episodes = real_play(sampler, runner, scenario, tasks, config, action_override=script.action, **kwargs)
+            self.episodes.append(episodes)  # judged in place afterwards
+            return episodes
+
+        def train(learner, state, examples, seed, metrics=None, prefix="policy"):
+            self.trained.append((prefix, learner, list(examples)))
+            return real_train(learner, state, examples, seed=seed, metrics=metrics, prefix=prefix)
+
+        def policy_examples(groups, cfg, metrics=None, pack_turns=False):
+            self.groups["policy"] = set(groups)
+            return real_policy(groups, cfg, metrics, pack_turns=pack_turns)
+
+        def reward_model_examples(groups, cfg, metrics=None):
+            self.groups["reward"] = set(groups)
+            return real_reward(groups, cfg, metrics)
+
+        def propose_(raw, active, direction, accuracy, episodes, step):
+            candidate = real_propose(raw, active, direction, accuracy, episodes, step)
+            self.proposals.append((raw.task_id, direction, accuracy, step, candidate))
+            return candidate
+
+        monkeypatch.setattr(loop, "play_episodes", play)
+        monkeypatch.setattr(loop, "train_phase", train)
+        monkeypatch.setattr(loop, "policy_examples", policy_examples)
+        monkeypatch.setattr(loop, "reward_model_examples", reward_model_examples)
+        monkeypatch.setattr(generator, "propose", propose_)
+
+    def reset(self):
+        self.episodes.clear()
+        self.trained.clear()
+        self.groups.clear()
+        self.proposals.clear()
+
+
+# ------------------------------------------------------------------ expectations, by hand (numpy)
+
+def _integrated(episodes, lam: float, m: int):
+    """R [G, T] = O + lam * mean_j S (invalid votes count 0, still in m), and the step mask [G, T]."""
+    steps = max(len(e.steps) for e in episodes)
+    rewards = np.zeros((len(episodes), steps))
+    mask = np.zeros((len(episodes), steps), bool)
+    for g, episode in enumerate(episodes):
+        votes = np.where(episode.judgment_valid, episode.judgments, 0).astype(np.float64)
+        assert votes.shape == (len(episode.steps), m)
+        rewards[g, :len(episode.steps)] = (1.0 if episode.won else -1.0) + lam * votes.mean(axis=1)
+        mask[g, :len(episode.steps)] = True
+    return rewards, mask
+
+
+def _zscore(values: np.ndarray) -> np.ndarray:
+    std = values.std()
+    return np.zeros_like(values) if len(values) < 2 or std <= 1e-8 else (values - values.mean()) / std
+
+
+def _policy_advantages(rewards, mask) -> np.ndarray:
+    """Per step index: z-score over the rollouts reaching it; one rollout alone keeps its raw R."""
+    advantages = np.zeros_like(rewards)
+    for t in range(rewards.shape[1]):
+        reach = mask[:, t]
+        advantages[reach, t] = rewards[reach, t] if reach.sum() == 1 else _zscore(rewards[reach, t])
+    return advantages
+
+
+def _expected_policy_steps(episodes, lam, m):
+    rewards, mask = _integrated(episodes, lam, m)
+    advantages = _policy_advantages(rewards, mask)
+    return [(tuple(s.prompt_tokens), tuple(s.response_tokens), advantages[g, t])
+            for g, e in enumerate(episodes) for t, s in enumerate(e.steps)]
+
+
+def _expected_reward_model_examples(episodes, lam, m, penalty):
+    rewards, _ = _integrated(episodes, lam, m)
+    out = []
+    for g, episode in enumerate(episodes):
+        for t in range(len(episode.steps)):
+            raw = np.where(episode.judgment_valid[t], rewards[g, t] * episode.judgments[t], penalty)
+            advantages = _zscore(raw.astype(np.float64))
+            for j, (tokens, _) in enumerate(episode.judge_samples[t]):
+                out.append((tuple(episode.judge_prompts[t]), tuple(tokens), advantages[j]))
+    return out
+
+
+def _as_steps(examples):
+    """Per-step (prompt, response, advantage) of policy examples; packed ones are unpacked."""
+    out = []
+    for example in examples:
+        for plain in (unpack(example) if example.segments is not None else [example]):
+            out.append((tuple(plain.prompt_ids), tuple(plain.response_ids), plain.advantage))
+    return out
+
+
+def _assert_same_examples(actual, expected):
+    actual, expected = sorted(actual), sorted(expected)
+    assert [a[:2] for a in actual] == [e[:2] for e in expected]
+    np.testing.assert_allclose([a[2] for a in actual], [e[2] for e in expected], atol=1e-5)
+
+
+def _leaves_equal(a, b) -> bool:
+    return all(np.array_equal(np.asarray(x), np.asarray(y))
+               for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True))
+
+
+# ------------------------------------------------------------------ the test
+
+@pytest.mark.slow  # about 80 s on 2 CPU cores, nearly all of it compilation
+def test_two_loop_steps_route_candidates_rewards_and_advantages(tmp_path, monkeypatch):
+    cfg = load_config("configs/default.py", OVERRIDES)
+    settings = assemble.loop_settings(cfg)
+    signal = settings.signal
+    lam, m, penalty = signal.step_weight, signal.num_judgments, signal.invalid_penalty
+    assert settings.pack_turns and settings.adapt_environment and settings.train_reward_model
+    assert (signal.policy_acc_low, signal.policy_acc_high, signal.rm_acc_low, signal.rm_acc_high) == \
+        (1 / 8, 7 / 8, 0.2, 0.8)
+    assert (settings.easier_at, settings.harder_at, settings.accept_low, settings.accept_high) == (0.2, 0.8, 0.2, 0.8)
+    low, high = settings.accept_low, settings.accept_high
+
+    runner = EnvRunner(num_workers=1, step_timeout_s=cfg.env.step_timeout_s)
+    try:
+        services, state, (t0, t1, t2, t3) = _services(cfg, tmp_path, runner)
+        seeded = alfworld.make_task(100, "pick_and_place_simple", GameKnobs(**dict(cfg.env.knobs)),
+                                    str(tmp_path / "games"))
+        state = dataclasses.replace(state, pool=propose(state.pool, 3, Candidate(seeded, "harder", 0.5, 0)))
+        script = _Script()
+        record = _Recorder(monkeypatch, script, services.generator)
+
+        # ---------------------------------------------------------- step 1
+        script.wins = {t0.task_id: 8, t1.task_id: 0, t2.task_id: 4, seeded.task_id: 4}
+        before = jax.tree.map(np.asarray, (state.policy.params, state.reward.params))
+        state1, metrics1 = rl_step(state, services, settings)
+        _check_step(state1, metrics1, services, record, before, step=1, lam=lam, m=m, penalty=penalty,
+                    played={t0.task_id, t1.task_id, t2.task_id, seeded.task_id},
+                    accuracy={t0.task_id: 1.0, t1.task_id: 0.0, t2.task_id: 0.5, seeded.task_id: 0.5},
+                    rejected={seeded.task_id}, accepted=set(), policy_tasks={t2.task_id},
+                    reward_tasks={t2.task_id})
+        # Candidates for the played active tasks out of [easier_at, harder_at] only: T0 harder, T1 easier.
+        assert [(p[0], p[1], p[2], p[3]) for p in record.proposals] == [(t0.task_id, "harder", 1.0, 1),
+                                                                        (t1.task_id, "easier", 0.0, 1)]
+        c0, c1 = record.proposals[0][4], record.proposals[1][4]
+        assert c0 is not None and c1 is not None
+        slots = state1.pool.slots
+        assert slots[0].pending == Candidate(c0, "harder", 1.0, 1) and slots[0].active == t0
+        assert slots[1].pending == Candidate(c1, "easier", 0.0, 1) and slots[1].active == t1
+        assert slots[2].pending is None and slots[2].active == t2
+        # The rejected seeded candidate leaves its slot as it was, with the event in its history.
+        assert slots[3].pending is None and slots[3].active == t3 and slots[3].raw == t3
+        assert [(h.task_id, h.event, h.goal, h.prev_acc, h.now_acc) for h in slots[3].history] == \
+            [(seeded.task_id, "rejected", "harder", 0.5, 0.5)]
+        assert not bool(accept_candidate("harder", 0.5, 0.5, low, high))
+        assert metrics1["curriculum/pending"] == 2 and metrics1["curriculum/accepted_total"] == 0
+        assert metrics1["curriculum/proposals_made"] == 2
+        assert metrics1["policy_data/tasks_out_of_band"] == 2 and metrics1["reward_data/tasks_out_of_band"] == 2
+
+        updates1 = {role: int(getattr(state1, role).step) for role in ("policy", "reward")}  # donated in step 2
+
+        # ---------------------------------------------------------- step 2
+        record.reset()
+        script.wins = {t2.task_id: 7, t3.task_id: 0, ("candidate", t0.task_id): 1, ("candidate", t1.task_id): 6}
+        before = jax.tree.map(np.asarray, (state1.policy.params, state1.reward.params))
+        state2, metrics2 = rl_step(state1, services, settings)
+        by_task = _check_step(state2, metrics2, services, record, before, step=2, lam=lam, m=m, penalty=penalty,
+                    played={t2.task_id, t3.task_id, c0.task_id, c1.task_id},
+                    accuracy={t2.task_id: 0.875, t3.task_id: 0.0, c0.task_id: 0.125, c1.task_id: 0.75},
+                    rejected={c0.task_id}, accepted={c1.task_id}, policy_tasks={t2.task_id, c1.task_id},
+                    reward_tasks={c1.task_id})
+        # T2's last step index is reached by its one loser alone: its advantage is the raw reward there.
+        lengths = sorted(len(e.steps) for e in by_task[t2.task_id])
+        assert lengths[-1] == MAX_TURNS > lengths[-2]
+        assert not bool(accept_candidate("harder", 1.0, 0.125, low, high))
+        assert bool(accept_candidate("easier", 0.0, 0.75, low, high))
+        # Only the played active tasks propose (S2 and S3; S0 and S1 played their candidates).
+        assert [(p[0], p[1], p[2], p[3]) for p in record.proposals] == [(t2.task_id, "harder", 0.875, 2),
+                                                                        (t3.task_id, "easier", 0.0, 2)]
+        slots = state2.pool.slots
+        assert slots[0].active == t0 and slots[0].raw == t0 and slots[0].pending is None
+        assert [(h.task_id, h.event, h.now_acc) for h in slots[0].history] == [(c0.task_id, "rejected", 0.125)]
+        assert slots[1].active == c1 and slots[1].raw == t1 and slots[1].pending is None
+        assert [(h.task_id, h.event, h.now_acc) for h in slots[1].history] == [(c1.task_id, "accepted", 0.75)]
+        assert slots[2].history == () and slots[2].active == t2
+        assert slots[2].pending == Candidate(record.proposals[0][4], "harder", 0.875, 2)
+        assert slots[3].pending == Candidate(record.proposals[1][4], "easier", 0.0, 2)
+        for slot in slots:  # every decision agrees with the acceptance rule
+            for h in slot.history:
+                assert h.event == ("accepted" if accept_candidate(h.goal, h.prev_acc, h.now_acc, low, high)
+                                   else "rejected")
+        # The optimizer step counters advance by the updates each phase reported.
+        for role in ("policy", "reward"):
+            assert updates1[role] == metrics1[f"{role}/updates"]
+            assert int(getattr(state2, role).step) == updates1[role] + metrics2[f"{role}/updates"]
+        assert metrics2["curriculum/pending"] == 2 and metrics2["curriculum/accepted_total"] == 1
+        assert metrics2["curriculum/proposals_made"] == 2
+        assert metrics2["policy_data/tasks_out_of_band"] == 1 and metrics2["reward_data/tasks_out_of_band"] == 2
+    finally:
+        runner.close()
+
+
+def _check_step(state, metrics, services, record, before, *, step, lam, m, penalty, played, accuracy, rejected,
+                accepted, policy_tasks, reward_tasks):
+    assert state.step == step
+    # Rollouts: active + pending tasks, G each; accuracies as scripted.
+    (episodes,) = record.episodes
+    by_task: dict[str, list] = {}
+    for episode in episodes:
+        assert episode.env_error is None and episode.judgments is not None
+        by_task.setdefault(episode.task.task_id, []).append(episode)
+    assert set(by_task) == played and all(len(v) == G for v in by_task.values())
+    assert {k: float(np.mean([e.won for e in v])) for k, v in by_task.items()} == accuracy
+    assert metrics["curriculum/accepted"] == len(accepted) and metrics["curriculum/rejected"] == len(rejected)
+    # Rejected candidates reach neither example builder; everything else played does.
+    assert record.groups == {"policy": played - rejected, "reward": played - rejected}
+
+    (policy_prefix, policy_learner, policy_examples), (reward_prefix, reward_learner, reward_examples) = \
+        record.trained
+    assert (policy_prefix, reward_prefix) == ("policy", "reward")
+    assert policy_learner is services.policy_learner and reward_learner is services.reward_learner
+
+    # Policy: per in-band task, the integrated step rewards' per-step-index z-scores; packed per episode.
+    assert policy_examples and any(e.segments is not None for e in policy_examples)
+    expected = [x for task in sorted(policy_tasks) for x in _expected_policy_steps(by_task[task], lam, m)]
+    assert any(abs(x[2]) > 1e-6 for x in expected)
+    _assert_same_examples(_as_steps(policy_examples), expected)
+    # Reward model: per in-band task, R * S_j (the penalty when invalid) z-scored over the step's m judgments.
+    expected = [x for task in sorted(reward_tasks)
+                for x in _expected_reward_model_examples(by_task[task], lam, m, penalty)]
+    assert any(abs(x[2]) > 1e-6 for x in expected)
+    _assert_same_examples([(tuple(e.prompt_ids), tuple(e.response_ids), e.advantage) for e in reward_examples],
+                          expected)
+    # And, said directly: no step of a rejected candidate or of an out-of-band task is trained on.
+    trained_steps = {x[:2] for x in _as_steps(policy_examples)}
+    trained_judgments = {(tuple(e.prompt_ids), tuple(e.response_ids)) for e in reward_examples}
+    for task_id, task_episodes in by_task.items():
+        steps = {(tuple(s.prompt_tokens), tuple(s.response_tokens)) for e in task_episodes for s in e.steps}
+        judgments = {(tuple(e.judge_prompts[t]), tuple(tokens)) for e in task_episodes
+                     for t in range(len(e.steps)) for tokens, _ in e.judge_samples[t]}
+        assert bool(steps & trained_steps) == (task_id in policy_tasks), task_id
+        assert bool(judgments & trained_judgments) == (task_id in reward_tasks), task_id
+        if task_id in rejected:
+            assert not steps & trained_steps and not judgments & trained_judgments
+    if accepted:
+        assert accepted <= policy_tasks
+
+    # Both models were updated, and both samplers hold the new weights.
+    assert metrics["policy/updates"] > 0 and metrics["reward/updates"] > 0
+    assert _leaves_equal(services.policy_sampler.params, state.policy.params)
+    assert _leaves_equal(services.reward_sampler.params, state.reward.params)
+    assert not _leaves_equal(before[0], state.policy.params)
+    assert not _leaves_equal(before[1], state.reward.params)
+    assert metrics["rollout/success_rate"] == pytest.approx(
+        np.mean([accuracy[t] for t in played - rejected]))
+    return by_task

@@ -1,0 +1,103 @@
+"""Warm-start data from real ALFWorld expert games, for both prompt styles."""
+
+import numpy as np
+import pytest
+
+from rlanything_jax import assemble, sft
+from rlanything_jax.agents.compact_game import CompactTextGameScenario, closest_action, game_text
+from rlanything_jax.agents.text_game import TextGameScenario
+from rlanything_jax.agents.trajectory import Episode
+from rlanything_jax.envs import alfworld
+from rlanything_jax.envs.alfworld_knobs import GameKnobs
+from rlanything_jax.envs.base import Observation, make_env
+
+SCENARIOS = [TextGameScenario(), CompactTextGameScenario()]
+
+
+@pytest.fixture(scope="module")
+def expert_game(tmp_path_factory):
+    task = alfworld.make_task(3, "pick_and_place_simple", GameKnobs(num_receptacles=5, num_distractors=1),
+                              str(tmp_path_factory.mktemp("games")))
+    env = make_env("alfworld")
+    return task, sft.play_expert(task, assemble.expert_plan(task), env), env
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
+def test_expert_episode_tokens_are_the_chat_template_rendering(scenario, expert_game, qwen25_tokenizer):
+    task, steps, _ = expert_game
+    tok = qwen25_tokenizer
+    episode = sft.expert_episode(task, steps, scenario, tok)
+    assert len(episode.steps) == len(steps) >= 4 and episode.won
+    messages = scenario.initial_messages(task, steps[0].observation)
+    im_end = tok.token_to_id("<|im_end|>")
+    for t, (record, step) in enumerate(zip(episode.steps, steps)):
+        if t:
+            messages.append(scenario.turn_message(Episode(task, 0, episode.steps[:t]), step.observation))
+        # Outside truth: the template renders the whole chat at once; the records are built turn by turn.
+        assert record.prompt_tokens == tok.encode_chat(messages)
+        answer = scenario.answer_text(step.observation, step.action)
+        assert record.response_tokens == tok.encode(answer) + [im_end]
+        assert np.isnan(record.logprobs).all() and len(record.logprobs) == len(record.response_tokens)
+        # The rollout's parser reads the expert's answer back as the expert's action.
+        assert scenario.parse_action(answer, step.observation).action == step.action
+        messages.append({"role": "assistant", "content": answer})
+    examples = sft.policy_sft_examples(episode, pack=False)
+    assert [list(e.prompt_ids) for e in examples] == [r.prompt_tokens for r in episode.steps]
+    assert all(e.advantage == 1.0 for e in examples)
+    [packed] = sft.policy_sft_examples(episode)
+    last = episode.steps[-1]
+    assert list(packed.prompt_ids) + list(packed.response_ids) == last.prompt_tokens + last.response_tokens
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
+def test_reward_examples_label_expert_steps_good_and_others_bad(scenario, expert_game, qwen25_tokenizer):
+    task, steps, env = expert_game
+    tok = qwen25_tokenizer
+    examples = sft.reward_sft_examples(tok, scenario, task, steps, np.random.default_rng(0), negatives_per_step=1,
+                                       env=env)
+    assert len(examples) == 2 * len(steps)
+    for t, step in enumerate(steps):
+        good, bad = examples[2 * t], examples[2 * t + 1]
+        assert tok.decode(good.response_ids) == "\\boxed{1}<|im_end|>"
+        assert tok.decode(bad.response_ids) == "\\boxed{-1}<|im_end|>"
+        good_prompt, bad_prompt = tok.decode(good.prompt_ids), tok.decode(bad.prompt_ids)
+        assert good_prompt != bad_prompt
+        if isinstance(scenario, CompactTextGameScenario):
+            assert f"action: {step.action}\n" in good_prompt and f"action: {step.action}\n" not in bad_prompt
+            # The other action's result comes from the engine, replayed to the same state.
+            replay = make_env("alfworld")
+            replay.reset(task)
+            for earlier in steps[:t]:
+                replay.step(earlier.action)
+            other = bad_prompt.split("action: ")[1].split("\n")[0]
+            assert f"result: {game_text(replay.step(other).observation)}\n" in bad_prompt
+        assert scenario.parse_judgment(scenario.judgment_text(1)).score == 1
+        assert scenario.parse_judgment(scenario.judgment_text(-1)).score == -1
+
+
+def test_compact_judge_prompt_shows_goal_history_action_and_result(expert_game):
+    task, steps, _ = expert_game
+    scenario = CompactTextGameScenario()
+    episode = sft.expert_episode(task, steps, scenario)
+    text = scenario.judge_messages(task, episode, 2)[0]["content"]
+    goal = task.goal if task.goal else ""
+    assert text.splitlines()[0].startswith("goal: ") and goal.split()[-1].rstrip(".") in text.splitlines()[0]
+    assert text.splitlines()[1] == f"done: {steps[0].action}; {steps[1].action}"
+    assert f"action: {steps[2].action}" in text and text.endswith("good?")
+    assert "Welcome" not in text and "-=" not in text
+
+
+def closest(text, admissible):
+    parsed = closest_action(text, admissible)
+    return parsed.action, parsed.status
+
+
+def test_closest_action_maps_untrusted_text_to_an_admissible_command():
+    obs = Observation("x", ("go to bed 1", "go to desk 1", "take laptop 1 from bed 1", "look"))
+    assert closest("go to desk 1", obs.admissible_actions) == ("go to desk 1", "ok")
+    assert closest("  Go to DESK 1. ", obs.admissible_actions) == ("go to desk 1", "ok")
+    assert closest("take laptop", obs.admissible_actions) == ("take laptop 1 from bed 1", "closest")
+    assert closest("", obs.admissible_actions) == ("go to bed 1", "empty")
+    assert closest("zzz qqq", obs.admissible_actions)[1] == "closest"
+    assert closest("anything", ()) == ("look", "no_actions")
+    assert closest("\x00" * 10_000 + "rm -rf /", obs.admissible_actions)[0] in obs.admissible_actions
