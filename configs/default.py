@@ -7,7 +7,8 @@ RLAnything steps on generated ALFWorld pick-and-place games while the procedural
 generator rewrites tasks that are too easy or too hard. Held-out success is
 measured on 48 unseen games before, during and after RL.
 
-The SmolLM2 chat demo of earlier versions: `--config.demo.prompt="..."`.
+The SmolLM2 chat demo of earlier versions:
+`--config=configs/alfworld.py:cpu --config.demo.prompt="..."`.
 """
 
 from configs import alfworld, common

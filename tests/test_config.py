@@ -101,8 +101,9 @@ def test_main_says_osworld_is_not_there_yet():
 
 
 @pytest.mark.slow
-def test_main_default_answers_with_the_packaged_model():
-    result = _main("--config.demo.max_new_tokens=12")
+def test_main_demo_answers_with_the_packaged_model():
+    result = _main("--config=configs/alfworld.py:cpu", "--config.demo.max_new_tokens=12",
+                   "--config.demo.prompt=What is the capital of France? Answer in one sentence.")
     assert result.returncode == 0, result.stderr[-2000:]
     assert "assistant: " in result.stdout
     answer = result.stdout.split("assistant: ", 1)[1]
