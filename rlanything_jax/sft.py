@@ -23,7 +23,8 @@ import numpy as np
 from rlanything_jax.agents.chat_tokens import first_prompt, turn_delta
 from rlanything_jax.agents.trajectory import Episode, StepRecord
 from rlanything_jax.envs.base import Observation, Task, make_env
-from rlanything_jax.rl.data import Example, pack_turns
+from rlanything_jax.rl.data import Example
+from rlanything_jax.rl.examples import episode_examples
 from rlanything_jax.rl.phase import Learner, train_phase
 from rlanything_jax.rl.train_state import TrainState
 
@@ -85,9 +86,7 @@ def expert_episode(task: Task, expert_steps: Sequence[ExpertStep], scenario, tok
 def policy_sft_examples(episode: Episode, pack: bool = True) -> list[Example]:
     """The expert's answers (+ stop token) after the conversation so far: one example per step,
     or with `pack` one example holding every step (`rl.data.pack_turns`: same loss, O(T) tokens)."""
-    steps = [Example(step.prompt_tokens, step.response_tokens, 1.0, step.logprobs) for step in episode.steps]
-    packed = pack_turns(steps) if pack and len(steps) > 1 else None
-    return steps if packed is None else [packed]
+    return episode_examples(episode, [1.0] * len(episode.steps), pack_turns=pack)
 
 
 def reward_sft_examples(tokenizer, scenario, task: Task, expert_steps: Sequence[ExpertStep],

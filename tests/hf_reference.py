@@ -95,3 +95,20 @@ def greedy_generate(model, prompts: list[list[int]], new_tokens: int, pad_id: in
                              pad_token_id=pad_id, eos_token_id=eos_id, **length)
     rows = out[:, width:].tolist()
     return [row[:row.index(eos_id) + 1] if eos_id in row else row for row in rows]
+
+
+def assert_logprobs_match_full_forward(model, prompts: list[list[int]], completions, vocab: int = 256) -> None:
+    """Each completion's log-probabilities equal our model's full forward over prompt + completion (1e-4)."""
+    import jax
+    import jax.numpy as jnp
+
+    sequences = [list(p) + list(c.token_ids) for p, c in zip(prompts, completions)]
+    ids, mask = left_padded_batch([len(s) for s in sequences], vocab=vocab)
+    for row, sequence in enumerate(sequences):
+        ids[row, ids.shape[1] - len(sequence):] = sequence
+    log_probs = np.asarray(jax.nn.log_softmax(model(jnp.asarray(ids), jnp.asarray(mask)), axis=-1))
+    for row, (prompt, completion) in enumerate(zip(prompts, completions)):
+        start = ids.shape[1] - len(sequences[row]) + len(prompt) - 1  # the column predicting token 0
+        expected = [log_probs[row, start + i, t] for i, t in enumerate(completion.token_ids)]
+        np.testing.assert_allclose(completion.logprobs, expected, atol=1e-4, rtol=0)
+

@@ -64,17 +64,24 @@ def policy_examples(groups: Mapping[str, Sequence[Episode]], cfg: SignalConfig,
         advantages = np.asarray(stepwise_group_advantages(rewards, mask, cfg.singleton))
         metrics["policy_data/tasks"] += 1
         for g, episode in enumerate(trainable):
-            steps = [Example(step.prompt_tokens, step.response_tokens, float(advantages[g, t]), step.logprobs)
-                     for t, step in enumerate(episode.steps)]
-            if pack_turns and len(steps) > 1:  # a one-step episode is its own packed example
-                packed = pack_episode(steps)
-                metrics[f"policy_data/{'unpacked' if packed is None else 'packed'}_episodes"] += 1
-                if packed is not None:
-                    examples.append(packed)
-                    continue
-            examples += steps
+            examples += episode_examples(episode, advantages[g], pack_turns, metrics)
     metrics["policy_data/examples"] += len(examples)
     return examples
+
+
+def episode_examples(episode: Episode, advantages: Sequence[float], pack_turns: bool,
+                     metrics: Counter | None = None) -> list[Example]:
+    """An episode's steps as examples with these per-step advantages: one per step, or with `pack_turns`
+    one holding every step (per step when its prompts do not extend each other, counted as unpacked)."""
+    steps = [Example(step.prompt_tokens, step.response_tokens, float(advantages[t]), step.logprobs)
+             for t, step in enumerate(episode.steps)]
+    if pack_turns and len(steps) > 1:  # a one-step episode is its own packed example
+        packed = pack_episode(steps)
+        if metrics is not None:
+            metrics[f"policy_data/{'unpacked' if packed is None else 'packed'}_episodes"] += 1
+        if packed is not None:
+            return [packed]
+    return steps
 
 
 def reward_model_examples(groups: Mapping[str, Sequence[Episode]], cfg: SignalConfig,

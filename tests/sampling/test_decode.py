@@ -63,15 +63,7 @@ def test_rows_can_sit_a_turn_out(tiny):
 def test_logprobs_equal_the_full_forward(tiny):
     _, model, _, sampler = tiny
     completions = sampler.generate(PROMPTS, 16, stop_token_ids=[])
-    sequences = [p + c.token_ids for p, c in zip(PROMPTS, completions)]
-    ids, mask = hf_reference.left_padded_batch([len(s) for s in sequences], vocab=256)
-    for row, sequence in enumerate(sequences):
-        ids[row, ids.shape[1] - len(sequence):] = sequence
-    log_probs = np.asarray(jax.nn.log_softmax(model(jnp.asarray(ids), jnp.asarray(mask)), axis=-1))
-    for row, (prompt, completion) in enumerate(zip(PROMPTS, completions)):
-        start = ids.shape[1] - len(sequences[row]) + len(prompt) - 1  # the column predicting token 0
-        expected = [log_probs[row, start + i, t] for i, t in enumerate(completion.token_ids)]
-        np.testing.assert_allclose(completion.logprobs, expected, atol=1e-4, rtol=0)
+    hf_reference.assert_logprobs_match_full_forward(model, PROMPTS, completions)
 
 
 def test_stop_token_ends_a_row_and_is_kept(tiny):

@@ -1,7 +1,5 @@
 """num_samples: each prompt is prefilled once, its cache rows copied, and every copy sampled on its own."""
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -52,15 +50,7 @@ def test_sampled_logprobs_equal_the_full_forward(tiny):
     completions = sampler.generate(PROMPTS, 12, Sampling(temperature=1.0), seed=3, stop_token_ids=[],
                                    num_samples=3)
     prompts = [p for p in PROMPTS for _ in range(3)]
-    sequences = [p + c.token_ids for p, c in zip(prompts, completions)]
-    ids, mask = hf_reference.left_padded_batch([len(s) for s in sequences], vocab=256)
-    for row, sequence in enumerate(sequences):
-        ids[row, ids.shape[1] - len(sequence):] = sequence
-    log_probs = np.asarray(jax.nn.log_softmax(model(jnp.asarray(ids), jnp.asarray(mask)), axis=-1))
-    for row, (prompt, completion) in enumerate(zip(prompts, completions)):
-        start = ids.shape[1] - len(sequences[row]) + len(prompt) - 1  # the column predicting token 0
-        expected = [log_probs[row, start + i, t] for i, t in enumerate(completion.token_ids)]
-        np.testing.assert_allclose(completion.logprobs, expected, atol=1e-4, rtol=0)
+    hf_reference.assert_logprobs_match_full_forward(model, prompts, completions)
 
 
 def test_each_prompt_is_prefilled_once_and_programs_compile_once(tiny):
