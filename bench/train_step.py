@@ -20,9 +20,12 @@ Timings (median of --repeats steady steps after 2 warm-up steps that compile):
   is the trainer's own compiled train step (nnx.jit of PeftTrainer._train_step) on a
   prepared TrainExample on device, until the updated params are ready; its trainer call
   (`RLCluster.update_actor` = PeftTrainer.train over that one batch) is shown as well.
-  Both do one forward + backward over every prompt + response token and an AdamW update;
+  Both do one forward + backward over the prompt + response tokens and an AdamW update;
   neither runs an old-policy forward (ours takes the sampler's log-probs, Tunix with
-  num_iterations 1 uses stop_gradient of the current ones).
+  num_iterations 1 uses stop_gradient of the current ones). Tunix computes logits for
+  every position and slices the completion's; ours computes the output layer and the
+  last layer's queries and MLP for the loss window only (the batch carries its targets
+  for the last W positions), same for the reference log-probs.
 - whole GRPO step: Tunix's GRPOLearner global step (rollout, reference log-probs, rewards,
   advantages, update, its bookkeeping). Ours is the same pipeline assembled here from
   library calls, as the project has no trainer loop yet: weights to the Sampler, prefill +
@@ -32,7 +35,8 @@ Timings (median of --repeats steady steps after 2 warm-up steps that compile):
   the rest (rewards, advantages, batch assembly, loop bookkeeping).
 The machine's 2 cores are shared, so timings move by 10-30% from run to run: the [min-max]
 spread and the ratio of minima are printed next to the medians.
-FLOPs count 2 * params per token for a forward and 6 * params for forward + backward over
+FLOPs are the model FLOPs of the work (what skipping unused positions saves counts as speed):
+2 * params per token for a forward and 6 * params for forward + backward over
 the prompt + response tokens (the attention score/value matmuls are left out and shown
 separately); the whole step adds the reference forward and the rollout (one forward).
 """
@@ -119,11 +123,14 @@ def run_ours(setting: dict, repeats: int) -> dict:
         rewards = even_token_rewards(completions).reshape(-1, group)
         advantages = np.asarray(masked_zscore(rewards, np.ones_like(rewards), axis=1)).reshape(-1)
         ids = np.array([r + c.token_ids for r, c in zip(rows, completions)], np.int32)
-        mask, targets = np.ones_like(ids), np.roll(ids, -1, axis=1)
-        loss_mask = np.zeros(ids.shape, np.float32)
-        loss_mask[:, lp - 1:-1] = 1  # targets that are response tokens
-        old_logp = np.zeros(ids.shape, np.float32)
-        old_logp[:, lp - 1:-1] = [c.logprobs for c in completions]
+        # The loss window: from the last prompt position (predicting the first generated token) on,
+        # as rl/data.collate builds it; logits are computed there only.
+        window = ids.shape[1] - lp + 1
+        mask, targets = np.ones_like(ids), np.roll(ids, -1, axis=1)[:, -window:]
+        loss_mask = np.zeros((len(ids), window), np.float32)
+        loss_mask[:, :-1] = 1  # targets that are response tokens
+        old_logp = np.zeros((len(ids), window), np.float32)
+        old_logp[:, :-1] = [c.logprobs for c in completions]
         start = time.perf_counter()
         ref_logp = jax.block_until_ready(ref_logprobs(ref_params, ids, mask, targets))
         phases["reference"].append(time.perf_counter() - start)

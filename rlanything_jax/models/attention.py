@@ -20,13 +20,7 @@ def causal_padding_mask(attention_mask: jnp.ndarray) -> jnp.ndarray:
     return causal[None, :, :] & attention_mask.astype(jnp.bool_)[:, None, :]
 
 
-def grouped_query_attention(q: jnp.ndarray, k: jnp.ndarray, v: jnp.ndarray, mask: jnp.ndarray) -> jnp.ndarray:
-    """Softmax attention with kv heads shared by groups of query heads.
-
-    q: [batch, query, heads, head_dim]; k, v: [batch, key, kv_heads, head_dim];
-    mask: [batch, query, key] boolean. Returns [batch, query, heads, head_dim].
-    Query head h uses kv head h // (heads // kv_heads), as in transformers' repeat_kv.
-    """
+def _attention(q, k, v, mask):
     batch, q_len, num_heads, head_dim = q.shape
     num_kv_heads = k.shape[2]
     grouped_q = q.reshape(batch, q_len, num_kv_heads, num_heads // num_kv_heads, head_dim)
@@ -34,5 +28,44 @@ def grouped_query_attention(q: jnp.ndarray, k: jnp.ndarray, v: jnp.ndarray, mask
     logits = logits * (head_dim ** -0.5)
     logits = jnp.where(mask[:, None, None, :, :], logits, _MASKED_LOGIT)
     weights = jax.nn.softmax(logits, axis=-1).astype(v.dtype)
-    out = jnp.einsum("bkgqs,bskd->bqkgd", weights, v, preferred_element_type=jnp.float32)
-    return out.astype(v.dtype).reshape(batch, q_len, num_heads, head_dim)
+    grouped_out = jnp.einsum("bkgqs,bskd->bqkgd", weights, v, preferred_element_type=jnp.float32).astype(v.dtype)
+    return grouped_out.reshape(batch, q_len, num_heads, head_dim), (weights, grouped_out)
+
+
+@jax.custom_vjp
+def grouped_query_attention(q: jnp.ndarray, k: jnp.ndarray, v: jnp.ndarray, mask: jnp.ndarray) -> jnp.ndarray:
+    """Softmax attention with kv heads shared by groups of query heads.
+
+    q: [batch, query, heads, head_dim]; k, v: [batch, key, kv_heads, head_dim];
+    mask: [batch, query, key] boolean. Returns [batch, query, heads, head_dim].
+    Query head h uses kv head h // (heads // kv_heads), as in transformers' repeat_kv.
+    """
+    return _attention(q, k, v, mask)[0]
+
+
+def _attention_fwd(q, k, v, mask):
+    out, (weights, grouped_out) = _attention(q, k, v, mask)
+    return out, (q, k, v, mask, weights, grouped_out)
+
+
+def _attention_bwd(residuals, d_out):
+    """The softmax backward in its row-sum form, d_logits = P * (dP - rowsum(dO * O)): two passes over
+    the [query, key] scores fewer than autodiff's, and no gradient through the mask's select."""
+    q, k, v, mask, weights, grouped_out = residuals
+    batch, q_len, num_heads, head_dim = q.shape
+    num_kv_heads = k.shape[2]
+    grouped = (batch, q_len, num_kv_heads, num_heads // num_kv_heads, head_dim)
+    d_out = d_out.reshape(grouped)
+    f32 = dict(preferred_element_type=jnp.float32)
+    dv = jnp.einsum("bkgqs,bqkgd->bskd", weights, d_out, **f32)
+    d_weights = jnp.einsum("bqkgd,bskd->bkgqs", d_out, v, **f32)
+    row_sum = jnp.einsum("bqkgd,bqkgd->bkgq", d_out.astype(jnp.float32), grouped_out.astype(jnp.float32))
+    # Fully masked rows (left-pad queries) get no gradient, as through the forward's select.
+    d_logits = jnp.where(mask[:, None, None, :, :], weights * (d_weights - row_sum[..., None]), 0.0)
+    d_logits = (d_logits * (head_dim ** -0.5)).astype(q.dtype)
+    dq = jnp.einsum("bkgqs,bskd->bqkgd", d_logits, k, **f32).reshape(q.shape)
+    dk = jnp.einsum("bkgqs,bqkgd->bskd", d_logits, q.reshape(grouped), **f32)
+    return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), None
+
+
+grouped_query_attention.defvjp(_attention_fwd, _attention_bwd)

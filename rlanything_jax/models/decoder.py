@@ -14,6 +14,8 @@ import jax.numpy as jnp
 from flax import nnx
 
 from rlanything_jax.models.attention import causal_padding_mask, grouped_query_attention
+from rlanything_jax.models.linear import linear
+from rlanything_jax.models.lm_head import target_logprobs
 from rlanything_jax.models.model_config import DecoderConfig
 from rlanything_jax.models.rope import apply_rope, inverse_frequencies, rope_cos_sin
 
@@ -43,11 +45,7 @@ class Projection(nnx.Module):
         self.dtype = dtype
 
     def __call__(self, x: jax.Array, out_dtype=None) -> jax.Array:
-        n = self.num_in_dims
-        contract = (tuple(range(x.ndim - n, x.ndim)), tuple(range(n)))
-        # float32 accumulation: exact for float32, and CPUs' fast bfloat16 kernels need it.
-        y = jax.lax.dot_general(x.astype(self.dtype), self.kernel[...].astype(self.dtype), (contract, ((), ())),
-                                preferred_element_type=jnp.float32)
+        y = linear(x.astype(self.dtype), self.kernel[...].astype(self.dtype), self.num_in_dims)
         if self.bias is not None:
             y = y + self.bias[...].astype(jnp.float32)
         return y.astype(out_dtype or self.dtype)
@@ -93,8 +91,10 @@ class Attention(nnx.Module):
         return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
 
     def __call__(self, x: jax.Array, cos: jax.Array, sin: jax.Array, layer_index: int, attend: AttendFn,
-                 carry: Any) -> tuple[jax.Array, Any]:
+                 carry: Any, query_window: int | None = None) -> tuple[jax.Array, Any]:
         q, k, v = self.project_qkv(x, cos, sin)
+        if query_window is not None:  # queries for the last positions only; keys and values for all
+            q = q[:, q.shape[1] - query_window:]
         out, carry = attend(layer_index, q, k, v, carry)
         return self.o_proj(out), carry
 
@@ -122,8 +122,10 @@ class DecoderLayer(nnx.Module):
         self.mlp = MLP(cfg, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
 
     def __call__(self, x: jax.Array, cos: jax.Array, sin: jax.Array, layer_index: int, attend: AttendFn,
-                 carry: Any) -> tuple[jax.Array, Any]:
-        attn_out, carry = self.attn(self.input_norm(x), cos, sin, layer_index, attend, carry)
+                 carry: Any, query_window: int | None = None) -> tuple[jax.Array, Any]:
+        attn_out, carry = self.attn(self.input_norm(x), cos, sin, layer_index, attend, carry, query_window)
+        if query_window is not None:
+            x = x[:, x.shape[1] - query_window:]
         x = x + attn_out
         return x + self.mlp(self.post_attention_norm(x)), carry
 
@@ -159,8 +161,9 @@ class Decoder(nnx.Module):
         return jnp.take(self.embed[...], input_ids, axis=0).astype(self.dtype)
 
     def hidden_states(self, input_ids: jax.Array, attention_mask: jax.Array | None = None,
-                      positions: jax.Array | None = None) -> jax.Array:
-        """Final-norm hidden states [B, T, embed] for a (possibly left-padded) batch."""
+                      positions: jax.Array | None = None, last: int | None = None) -> jax.Array:
+        """Final-norm hidden states [B, T, embed] for a (possibly left-padded) batch; with `last`, those of
+        the last `last` positions only [B, last, embed], whose final layer then runs on them alone."""
         if attention_mask is None:
             attention_mask = jnp.ones(input_ids.shape, jnp.int32)
         if positions is None:
@@ -168,18 +171,22 @@ class Decoder(nnx.Module):
         mask = causal_padding_mask(attention_mask)
 
         def attend(layer_index, q, k, v, carry):
-            return grouped_query_attention(q, k, v, mask), carry
+            return grouped_query_attention(q, k, v, mask[:, mask.shape[1] - q.shape[1]:]), carry
 
-        hidden, _ = self.run_layers(input_ids, positions, attend, None)
+        hidden, _ = self.run_layers(input_ids, positions, attend, None, last)
         return hidden
 
     def run_layers(self, input_ids: jax.Array, positions: jax.Array, attend: AttendFn,
-                   carry: Any) -> tuple[jax.Array, Any]:
-        """Embeds, runs every layer with `attend` threading `carry`, and applies the final norm."""
+                   carry: Any, last: int | None = None) -> tuple[jax.Array, Any]:
+        """Embeds, runs every layer with `attend` threading `carry`, and applies the final norm.
+        With `last`, the final layer computes (and returns) the last `last` positions only."""
+        if last is not None and not 0 < last <= input_ids.shape[1]:
+            raise ValueError(f"last must be in [1, {input_ids.shape[1]}], got {last}")
         cos, sin = self.rope(positions)
         x = self.embed_tokens(input_ids)
         for index, layer in enumerate(self.layers):
-            x, carry = layer(x, cos, sin, index, attend, carry)
+            final = index == len(self.layers) - 1
+            x, carry = layer(x, cos, sin, index, attend, carry, last if final else None)
         return self.final_norm(x), carry
 
     def logits(self, hidden: jax.Array) -> jax.Array:
@@ -189,6 +196,12 @@ class Decoder(nnx.Module):
         else:
             out = self.lm_head(hidden, out_dtype=jnp.float32)
         return out.astype(jnp.float32)
+
+    def target_logprobs(self, hidden: jax.Array, targets: jax.Array) -> jax.Array:
+        """log_softmax(self.logits(hidden))[targets], float32 [B, T], with a fused backward (models/lm_head.py)."""
+        if self.lm_head is None:
+            return target_logprobs(hidden, self.embed[...], targets, layout="ve")
+        return target_logprobs(hidden, self.lm_head.kernel[...], targets, layout="ev")
 
     def __call__(self, input_ids: jax.Array, attention_mask: jax.Array | None = None,
                  positions: jax.Array | None = None) -> jax.Array:

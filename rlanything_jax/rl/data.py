@@ -62,6 +62,9 @@ class DataConfig:
     # "sequence_mean" / "token_mean": per-token advantages [N, L] and a weighted loss mask with which the
     # loss's "token_mean" equals this aggregation over the per-step segments (see `collate`).
     aggregation: str | None = None
+    # Targets, loss mask, log-probs and per-token advantages for the last W columns only (W: the columns
+    # from the earliest response on, rounded up to a bucket): the train step then computes logits there.
+    loss_window: bool = True
 
 
 def _bucket(n: int, minimum: int) -> int:
@@ -207,6 +210,7 @@ def collate(examples: Sequence[Example], cfg: DataConfig) -> TrainBatch:
     sum(l * w) / sum(w) is then the mean over segments of their token means (each
     segment's weights sum to 1), resp. the mean over tokens, as if every segment were
     its own row. A short final batch is filled with empty rows (all-zero loss mask).
+    With `cfg.loss_window`, the per-token arrays keep the last W columns (see TrainBatch).
     """
     if cfg.aggregation is not None and cfg.aggregation not in AGGREGATIONS:
         raise ValueError(f"aggregation must be None or one of {AGGREGATIONS}, got {cfg.aggregation!r}")
@@ -222,6 +226,7 @@ def collate(examples: Sequence[Example], cfg: DataConfig) -> TrainBatch:
     old = np.zeros(shape, np.float32)
     ref = np.zeros(shape, np.float32) if any(e.ref_logprobs is not None for e in examples) else None
     advantages = np.zeros((cfg.batch_size,) if cfg.aggregation is None else shape, np.float32)
+    earliest = width  # the first column whose target is a response token, over the rows
     for row, ex in enumerate(examples):
         sequence = list(ex.prompt_ids) + list(ex.response_ids)
         # Prompts end at one column when they can; a long packed response may need the row shifted left
@@ -232,6 +237,7 @@ def collate(examples: Sequence[Example], cfg: DataConfig) -> TrainBatch:
         targets[row, start:start + len(sequence) - 1] = sequence[1:]
         # Position p predicts token p + 1: response token i is predicted from column first + i.
         first, n = start + len(ex.prompt_ids) - 1, len(ex.response_ids)
+        earliest = min(earliest, first)
         old[row, first:first + n] = ex.old_logprobs
         if ref is not None:
             ref[row, first:first + n] = ex.ref_logprobs if ex.ref_logprobs is not None else ex.old_logprobs
@@ -243,8 +249,14 @@ def collate(examples: Sequence[Example], cfg: DataConfig) -> TrainBatch:
             if e > s:
                 loss_mask[row, first + s:first + e] = 1.0 / (e - s) if cfg.aggregation == "sequence_mean" else 1.0
                 advantages[row, first + s:first + e] = advantage
-    return TrainBatch(input_ids=ids, attention_mask=attention, targets=targets, loss_mask=loss_mask, old_logp=old,
-                      advantages=advantages, ref_logp=ref)
+    window = min(width, _bucket(width - earliest, cfg.min_bucket)) if cfg.loss_window else width
+
+    def cut(x):  # the last `window` columns
+        return None if x is None else x[:, width - window:]
+
+    return TrainBatch(input_ids=ids, attention_mask=attention, targets=cut(targets), loss_mask=cut(loss_mask),
+                      old_logp=cut(old), advantages=advantages if advantages.ndim == 1 else cut(advantages),
+                      ref_logp=cut(ref))
 
 
 class BatchIterator:

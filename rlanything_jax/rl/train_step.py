@@ -5,11 +5,13 @@ structure, optimizer and loss settings travel in a hashable `TrainSpec`, the arr
 `TrainState` and `TrainBatch`. `jit_train_step` compiles it with explicit shardings
 and donates the state (MaxText's pattern); any JAX stack can call either.
 
-A batch holds N sequences: `input_ids` [N, L] (left-padded prompt + response),
-`targets` [N, L] (the next token at each position), `loss_mask` [N, L] (1 where the
-target is a response token, or a positive per-token weight: see `rl/data.collate`),
-`old_logp` [N, L] (the sampler's log-probabilities of the targets), `advantages` [N]
-or [N, L], optional `ref_logp` [N, L].
+A batch holds N sequences: `input_ids` and `attention_mask` [N, L] (left-padded prompt +
+response) and, for the last W <= L positions (the loss window; W = L covers every
+position), `targets` [N, W] (the next token at each position), `loss_mask` [N, W] (1
+where the target is a response token, or a positive per-token weight: see
+`rl/data.collate`), `old_logp` [N, W] (the sampler's log-probabilities of the targets),
+`advantages` [N] or [N, W], optional `ref_logp` [N, W]. Logits are computed for the
+window only.
 """
 
 from __future__ import annotations
@@ -51,10 +53,18 @@ class TrainSpec:
 
 def token_logprobs(graphdef: nnx.GraphDef, params: nnx.State, input_ids: jax.Array, attention_mask: jax.Array,
                    targets: jax.Array) -> jax.Array:
-    """log p(targets[t] | tokens up to t) for every position, float32 [N, L]."""
-    logits = nnx.merge(graphdef, params)(input_ids, attention_mask)
-    log_probs = jax.nn.log_softmax(logits, axis=-1)
-    return jnp.take_along_axis(log_probs, targets[..., None], axis=-1)[..., 0]
+    """log p(targets[:, j] | tokens up to position L - W + j), float32 [N, W], for input_ids [N, L] and
+    targets [N, W] with W <= L: the targets cover the last W positions (all of them when W = L).
+
+    The output layer and the last decoder layer run on those W positions only: responses sit
+    at the end of a row, so a batch whose prompt columns carry no loss skips their logits
+    (the largest array of the step) and their final-layer queries and MLP.
+    """
+    window = targets.shape[-1]
+    if window > input_ids.shape[1]:
+        raise ValueError(f"targets cover {window} positions but the rows have {input_ids.shape[1]}")
+    model = nnx.merge(graphdef, params)
+    return model.target_logprobs(model.hidden_states(input_ids, attention_mask, last=window), targets)
 
 
 def _micro_loss(params: nnx.State, micro: TrainBatch, spec: TrainSpec):
@@ -74,8 +84,11 @@ def train_step(state: TrainState, batch: TrainBatch, spec: TrainSpec) -> tuple[T
     sequence-mean aggregation k micro-batches of n give the update of one batch of k * n.
     """
     k = spec.num_micro_batches
-    micro_batches = jax.tree.map(lambda x: x.reshape((k, x.shape[0] // k) + x.shape[1:]), batch)
     grad_fn = jax.value_and_grad(_micro_loss, has_aux=True)
+    if k == 1:  # no scan: XLA then sees one straight-line program (no loop-carried gradient buffers)
+        (loss, metrics), grads = grad_fn(state.params, batch, spec)
+        return _apply(state, grads, loss, metrics, spec)
+    micro_batches = jax.tree.map(lambda x: x.reshape((k, x.shape[0] // k) + x.shape[1:]), batch)
 
     def accumulate(carry, micro):
         grads_sum, loss_sum, metrics_sum = carry
@@ -89,10 +102,13 @@ def train_step(state: TrainState, batch: TrainBatch, spec: TrainSpec) -> tuple[T
     zero_metrics = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), metric_shapes)
     (grads, loss, metrics), _ = jax.lax.scan(accumulate, (zero_grads, jnp.zeros(()), zero_metrics), micro_batches)
     grads = jax.tree.map(lambda g: g / k, grads)
+    return _apply(state, grads, loss / k, {name: value / k for name, value in metrics.items()}, spec)
+
+
+def _apply(state: TrainState, grads, loss, metrics, spec: TrainSpec) -> tuple[TrainState, dict[str, jax.Array]]:
     updates, opt_state = spec.tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
-    metrics = {name: value / k for name, value in metrics.items()}
-    metrics.update(loss=loss / k, grad_norm=optax.tree.norm(grads))
+    metrics = dict(metrics, loss=loss, grad_norm=optax.tree.norm(grads))
     return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
 
 

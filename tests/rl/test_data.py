@@ -50,6 +50,22 @@ def test_collate_layout():
     assert batch.input_ids.shape == (4, 8) and not batch.loss_mask[2:].any()  # empty filler rows
 
 
+def test_loss_window_keeps_the_columns_from_the_earliest_response_on():
+    examples = [Example(list(range(10, 40)), [21, EOS], 1.0, [-0.1, -0.2]),
+                Example(list(range(10, 30)), [22, 23, 24, EOS], -1.0, [-0.3, -0.4, -0.5, -0.6])]
+    full = collate(examples, DataConfig(**{**CFG.__dict__, "loss_window": False}))
+    batch = collate(examples, CFG)
+    # Rows of 32 and 24 tokens -> 32 columns. The second row ends at column 32 and shifts left by 2, so its
+    # last prompt token (predicting its first response token) sits at column 27: 5 columns -> bucket 8.
+    assert full.input_ids.shape == batch.input_ids.shape == (4, 32) and batch.targets.shape == (4, 8)
+    np.testing.assert_array_equal(batch.input_ids, full.input_ids)
+    for name in ("targets", "loss_mask", "old_logp", "advantages"):
+        np.testing.assert_array_equal(getattr(batch, name), getattr(full, name)[..., -8:] if name != "advantages"
+                                      else full.advantages)
+    assert not full.loss_mask[:, :-8].any()
+    np.testing.assert_array_equal(batch.targets[1, 3:7], [22, 23, 24, EOS])
+
+
 def test_batches_line_up_with_the_sampler_logprobs():
     """The train step's log-probabilities at the loss positions equal what the sampler returned."""
     cfg = DecoderConfig(model_type="qwen2", vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=2,

@@ -185,8 +185,9 @@ def test_collate_keeps_mixed_rows_in_the_bucket():
         sequence = list(ex.prompt_ids) + list(ex.response_ids)
         start = int(np.argmax(batch.attention_mask[row]))
         assert batch.input_ids[row, start:start + len(sequence)].tolist() == sequence
-        # Each segment's weights sum to 1 (sequence_mean) and its targets are its tokens.
-        first = start + len(ex.prompt_ids) - 1
+        # Each segment's weights sum to 1 (sequence_mean) and its targets are its tokens; the per-token
+        # arrays cover the last columns (the loss window), so column c is their index c - offset.
+        first = start + len(ex.prompt_ids) - 1 - (batch.input_ids.shape[1] - batch.targets.shape[1])
         for s, e, advantage in (ex.segments or [Segment(0, len(ex.response_ids), ex.advantage)]):
             np.testing.assert_allclose(batch.loss_mask[row, first + s:first + e].sum(), 1.0, rtol=1e-6)
             assert batch.targets[row, first + s:first + e].tolist() == list(ex.response_ids[s:e])
