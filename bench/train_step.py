@@ -22,10 +22,14 @@ Timings (median of --repeats steady steps after 2 warm-up steps that compile):
   (`RLCluster.update_actor` = PeftTrainer.train over that one batch) is shown as well.
   Both do one forward + backward over the prompt + response tokens and an AdamW update;
   neither runs an old-policy forward (ours takes the sampler's log-probs, Tunix with
-  num_iterations 1 uses stop_gradient of the current ones). Tunix computes logits for
-  every position and slices the completion's; ours computes the output layer and the
-  last layer's queries and MLP for the loss window only (the batch carries its targets
-  for the last W positions), same for the reference log-probs.
+  num_iterations 1 uses stop_gradient of the current ones). Tunix runs every row's
+  prompt + completion and computes logits for every position, then slices the
+  completion's. Ours, on the same rows and the same loss: each group's prompt runs once
+  as a shared prefix that its G rows attend to (`share_prompt_prefixes`), and the output
+  layer and the last layer's queries and MLP run for the loss window only (the batch
+  carries its targets for the last W positions); the reference log-probs likewise. The
+  rollout prefills each prompt once and copies its cache to the G rows (Tunix's
+  sampler prefills every row).
 - whole GRPO step: Tunix's GRPOLearner global step (rollout, reference log-probs, rewards,
   advantages, update, its bookkeeping). Ours is the same pipeline assembled here from
   library calls, as the project has no trainer loop yet: weights to the Sampler, prefill +
@@ -62,7 +66,7 @@ from rlanything_jax.models import Decoder, DecoderConfig, RopeConfig  # noqa: E4
 from rlanything_jax.rl.normalize import masked_zscore  # noqa: E402
 from rlanything_jax.rl.train_state import init_train_state, make_optimizer  # noqa: E402
 from rlanything_jax.rl.train_step import (TrainBatch, TrainSpec, batch_shardings, jit_train_step,  # noqa: E402
-                                          token_logprobs)
+                                          share_prompt_prefixes, token_logprobs)
 from rlanything_jax.sampling.sampler import Sampler, SamplerConfig  # noqa: E402
 from rlanything_jax.sampling.strategies import Sampling  # noqa: E402
 
@@ -106,10 +110,12 @@ def run_ours(setting: dict, repeats: int) -> dict:
                      num_micro_batches=1)
     state = init_train_state(params, tx)
     sampler = Sampler(model, mesh=mesh, config=SamplerConfig(max_cache_length=setting["cache"]))
-    ref_logprobs = jax.jit(lambda p, ids, mask, targets: token_logprobs(graphdef, p, ids, mask, targets))
+    ref_logprobs = jax.jit(lambda p, ids, mask, targets, prefixes: token_logprobs(graphdef, p, ids, mask, targets,
+                                                                                 prefixes))
     strategy = Sampling(temperature=TEMPERATURE)
     group, lp = setting["generations"], setting["prompt"]
-    rows = [p for p in _prompts(setting, cfg.vocab_size) for _ in range(group)]
+    prompts = _prompts(setting, cfg.vocab_size)
+    rows = [p for p in prompts for _ in range(group)]
     step = None
     phases = {"rollout": [], "reference": [], "update_phase": []}
 
@@ -117,7 +123,8 @@ def run_ours(setting: dict, repeats: int) -> dict:
         nonlocal step
         start = time.perf_counter()
         sampler.update_params(state.params)
-        conversation = sampler.start(rows, setting["new"], cache_length=setting["cache"])
+        # Each prompt is prefilled once and its cache copied to its G rows.
+        conversation = sampler.start(prompts, setting["new"], cache_length=setting["cache"], num_samples=group)
         completions = sampler.decode(conversation, setting["new"], strategy, seed=seed, stop_token_ids=[])
         phases["rollout"].append(time.perf_counter() - start)
         rewards = even_token_rewards(completions).reshape(-1, group)
@@ -131,11 +138,17 @@ def run_ours(setting: dict, repeats: int) -> dict:
         loss_mask[:, :-1] = 1  # targets that are response tokens
         old_logp = np.zeros((len(ids), window), np.float32)
         old_logp[:, :-1] = [c.logprobs for c in completions]
+        # The group's prompt (all but its last token, whose position predicts the first generated token)
+        # becomes one shared prefix: the forward and backward run it once per group.
+        batch = share_prompt_prefixes(TrainBatch(input_ids=ids, attention_mask=mask, targets=targets,
+                                                 loss_mask=loss_mask, old_logp=old_logp, advantages=advantages),
+                                      group_size=group, prefix_length=lp - 1)
         start = time.perf_counter()
-        ref_logp = jax.block_until_ready(ref_logprobs(ref_params, ids, mask, targets))
+        ref_logp = jax.block_until_ready(ref_logprobs(ref_params, batch.input_ids, batch.attention_mask,
+                                                      batch.targets, (batch.prefix_ids, batch.prefix_mask,
+                                                                      batch.prefix_index)))
         phases["reference"].append(time.perf_counter() - start)
-        batch = TrainBatch(input_ids=ids, attention_mask=mask, targets=targets, loss_mask=loss_mask,
-                           old_logp=old_logp, advantages=advantages, ref_logp=ref_logp)
+        batch = batch.replace(ref_logp=ref_logp)
         start = time.perf_counter()
         if step is None:
             step = jit_train_step(spec, state, batch, mesh)
@@ -160,7 +173,7 @@ def run_ours(setting: dict, repeats: int) -> dict:
         _ready((state, metrics))
         if i >= WARMUP:
             update.append(time.perf_counter() - start)
-    return {"n_params": int(n_params), "shape": list(batch.input_ids.shape),
+    return {"n_params": int(n_params), "shape": [len(rows), lp + setting["new"]],
             "loss_tokens": int(np.asarray(batch.loss_mask).sum()), "update": update, "whole": whole,
             **{name: times[WARMUP:] for name, times in phases.items()}}
 

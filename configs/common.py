@@ -124,6 +124,9 @@ def base_config(scenario: str) -> ml_collections.ConfigDict:
         "learning_rate": 1e-5,
         "batch_size": 16,            # examples per SFT update
         "negatives_per_step": 1,
+        # "walkthrough": the expert's plan (it knows where everything is); "search": it first visits a
+        # random number of other receptacles, as an agent that does not know would (alfworld).
+        "demonstrations": "walkthrough",
     })
     cfg.demo = ml_collections.ConfigDict({
         # Until the RL loop lands, main shows the policy model answering this chat prompt.

@@ -20,6 +20,7 @@ from rlanything_jax.agents.trajectory import Episode
 from rlanything_jax.envs.base import Task
 from rlanything_jax.loop import LoopSettings
 from rlanything_jax.rl.examples import SignalConfig
+from rlanything_jax import sft
 from rlanything_jax.rl.phase import Learner
 
 EVAL_SEED_OFFSET = 1_000_000  # held-out tasks use seeds no training task uses
@@ -87,9 +88,7 @@ def walkthrough_step_label(episode: Episode, step_index: int) -> int | None:
     if episode.task.kind not in ("alfworld", "textworld"):
         return None
     plan = _cached_plan(episode.task.task_id, episode.task)
-    action = episode.steps[step_index].action
-    earlier = {s.action for s in episode.steps[:step_index]}
-    return 1 if action in plan and action not in earlier else -1
+    return sft.progress_label(plan, [s.action for s in episode.steps[:step_index]], episode.steps[step_index].action)
 
 
 def build_scenario(cfg):
@@ -108,7 +107,6 @@ def build_scenario(cfg):
 
 def scratch_corpus(cfg, tasks: list[Task], env) -> list[str]:
     """Text a scratch tokenizer is fitted to: expert games and judge prompts, rendered as chats."""
-    from rlanything_jax import sft
     from rlanything_jax.models.scratch import CHATML_TEMPLATE
 
     template = jinja2.Template(CHATML_TEMPLATE)

@@ -33,12 +33,15 @@ def _warm_start(cfg, services: Services, state: SystemState, tasks, env, log) ->
     rng = np.random.default_rng(cfg.seed)
     policy_tok, reward_tok = services.policy_sampler.tokenizer, services.reward_sampler.tokenizer
     policy_examples, reward_examples = [], []
+    search = cfg.warm_start.demonstrations == "search"
     for task in tasks:
-        steps = sft.play_expert(task, assemble.expert_plan(task), env)
+        plan = assemble.expert_plan(task)
+        steps = sft.play_searching_expert(task, plan, rng, env) if search else sft.play_expert(task, plan, env)
         policy_examples += sft.policy_sft_examples(sft.expert_episode(task, steps, services.scenario, policy_tok))
         if cfg.warm_start.reward_epochs:
             reward_examples += sft.reward_sft_examples(reward_tok, services.scenario, task, steps, rng,
-                                                       cfg.warm_start.negatives_per_step, env)
+                                                       cfg.warm_start.negatives_per_step, env,
+                                                       plan=plan if search else None)
     log(f"warm start: {len(policy_examples)} policy and {len(reward_examples)} reward-model examples "
         f"from {len(tasks)} expert games")
     lr, batch = cfg.warm_start.learning_rate, cfg.warm_start.batch_size

@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 import numpy as np
 
@@ -36,18 +36,47 @@ class ExpertStep:
     next_observation: Observation
 
 
-def play_expert(task: Task, actions: Sequence[str], env=None) -> list[ExpertStep]:
-    """Plays `actions` in a fresh env; stops at the end of the game or of the plan."""
+def play_expert(task: Task, actions: Sequence[str], env=None, optional: Collection[str] = ()) -> list[ExpertStep]:
+    """Plays `actions` in a fresh env; stops at the end of the game or of the plan. An action in
+    `optional` is played only where the game lists it."""
     env = env or make_env(task.kind)
     observation = env.reset(task)
     steps = []
     for action in actions:
+        if action in optional and action not in observation.admissible_actions:
+            continue
         result = env.step(action)
         steps.append(ExpertStep(observation, action, result.observation))
         observation = result.observation
         if result.done:
             break
     return steps
+
+
+def play_searching_expert(task: Task, plan: Sequence[str], rng: np.random.Generator, env=None) -> list[ExpertStep]:
+    """An expert that does not know where the object is: it visits other receptacles in a random order
+    (opening the closed ones to look inside) and, once the plan's first receptacle comes up, plays the
+    plan. The number of wrong visits is uniform over 0..all, as in a blind search, so the demonstrations
+    show what to do when a guess was wrong (the walkthrough alone goes straight to the object)."""
+    if not plan or not plan[0].startswith("go to "):
+        return play_expert(task, plan, env)
+    env = env or make_env(task.kind)
+    wrong = [a for a in env.reset(task).admissible_actions if a.startswith("go to ") and a != plan[0]]
+    wrong = [wrong[i] for i in rng.permutation(len(wrong))][:int(rng.integers(0, len(wrong) + 1))]
+    opens = ["open " + go[len("go to "):] for go in wrong]   # looking inside the closed ones
+    detour = [action for pair in zip(wrong, opens) for action in pair]
+    return play_expert(task, detour + list(plan), env, optional=set(opens))
+
+
+def progress_label(plan: Sequence[str], earlier_actions: Sequence[str], action: str) -> int:
+    """The expert's judgment of a step: +1 when the action is the next walkthrough step not yet done
+    (the earlier actions are matched against the walkthrough in order), -1 otherwise. Going to the
+    goal receptacle before holding the object is then a wrong visit, and going there later is progress."""
+    done = 0
+    for earlier in earlier_actions:
+        if done < len(plan) and earlier == plan[done]:
+            done += 1
+    return 1 if done < len(plan) and action == plan[done] else -1
 
 
 def end_of_turn_id(tokenizer) -> int:
@@ -90,15 +119,21 @@ def policy_sft_examples(episode: Episode, pack: bool = True) -> list[Example]:
 
 
 def reward_sft_examples(tokenizer, scenario, task: Task, expert_steps: Sequence[ExpertStep],
-                        rng: np.random.Generator, negatives_per_step: int = 1, env=None) -> list[Example]:
-    """Judge examples: each expert step labelled +1 and `negatives_per_step` other actions labelled -1."""
+                        rng: np.random.Generator, negatives_per_step: int = 1, env=None,
+                        plan: Sequence[str] | None = None) -> list[Example]:
+    """Judge examples: each expert step and `negatives_per_step` other actions from its state. Without
+    `plan` the expert's steps are labelled +1 and the others -1; with the walkthrough `plan`, every
+    action gets its `progress_label` (a searching expert's wrong visits are -1, a skipped-to
+    walkthrough step +1)."""
     env = env or make_env(task.kind)
     examples = []
     for t, step in enumerate(expert_steps):
+        earlier = [s.action for s in expert_steps[:t]]
         others = [a for a in step.observation.admissible_actions if a != step.action]
         chosen = list(rng.choice(others, size=min(negatives_per_step, len(others)), replace=False)) if others else []
-        for action, label in [(step.action, 1)] + [(str(a), -1) for a in chosen]:
-            if label == 1:
+        for action in [step.action] + [str(a) for a in chosen]:
+            label = (1 if action == step.action else -1) if plan is None else progress_label(plan, earlier, action)
+            if action == step.action:
                 next_observation = step.next_observation
             else:  # replay the expert prefix, then take the other action
                 env.reset(task)

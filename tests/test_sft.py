@@ -75,6 +75,36 @@ def test_reward_examples_label_expert_steps_good_and_others_bad(scenario, expert
         assert scenario.parse_judgment(scenario.judgment_text(-1)).score == -1
 
 
+def test_progress_labels_follow_the_walkthrough_in_order():
+    plan = ["go to a", "take x from a", "go to b", "put x in b"]
+    labels = [sft.progress_label(plan, earlier, action) for earlier, action in [
+        ([], "go to a"), ([], "go to b"),                                   # progress; the goal receptacle too early
+        (["go to b"], "go to a"), (["go to a"], "go to a"),                 # progress after a wrong visit; a repeat
+        (["go to a", "take x from a"], "go to b"), (plan, "look")]]         # progress; after the end
+    assert labels == [1, -1, 1, -1, 1, -1]
+
+
+def test_searching_expert_visits_other_receptacles_then_wins(expert_game, qwen25_tokenizer):
+    task, _, env = expert_game
+    plan = assemble.expert_plan(task)
+    detours = set()
+    for seed in range(6):
+        steps = sft.play_searching_expert(task, plan, np.random.default_rng(seed), env)
+        actions = [s.action for s in steps]
+        start = actions.index(plan[0])
+        assert actions[start:] == plan
+        assert sft.expert_episode(task, steps, CompactTextGameScenario(), qwen25_tokenizer).won
+        assert all(a.startswith(("go to ", "open ")) and a != plan[0] for a in actions[:start])
+        assert all(s.action in s.observation.admissible_actions for s in steps)   # every command was listed
+        detours.add(start)
+        # The reward model's labels: the wrong visits are -1, the walkthrough +1.
+        examples = sft.reward_sft_examples(qwen25_tokenizer, CompactTextGameScenario(), task, steps,
+                                           np.random.default_rng(0), negatives_per_step=0, env=env, plan=plan)
+        assert [qwen25_tokenizer.decode(e.response_ids) for e in examples] == \
+            ["\\boxed{-1}<|im_end|>"] * start + ["\\boxed{1}<|im_end|>"] * len(plan)
+    assert len(detours) >= 3   # the number of wrong visits varies with the seed, including none
+
+
 def test_compact_judge_prompt_shows_goal_history_action_and_result(expert_game):
     task, steps, _ = expert_game
     scenario = CompactTextGameScenario()

@@ -176,12 +176,48 @@ class Decoder(nnx.Module):
         hidden, _ = self.run_layers(input_ids, positions, attend, None, last)
         return hidden
 
+    def hidden_states_after_prefixes(self, prefix_ids: jax.Array, prefix_mask: jax.Array, prefix_index: jax.Array,
+                                     input_ids: jax.Array, attention_mask: jax.Array,
+                                     last: int | None = None) -> jax.Array:
+        """Hidden states of rows that continue shared prefixes: row i is prefix `prefix_index[i]` followed
+        by `input_ids[i]`. Each prefix runs once, however many rows continue it (a group of rollouts of
+        one prompt), and the rows attend to its keys and values. Prefixes [P, Lp] are left-padded, rows
+        [N, T] are padded on either side; returns [N, T or last, embed] as `hidden_states` would for the
+        concatenated rows."""
+        _check_last(last, input_ids.shape[1])
+        prefix_lengths = jnp.sum(prefix_mask.astype(jnp.int32), axis=-1)
+        positions = jnp.take(prefix_lengths, prefix_index)[:, None] + positions_from_mask(attention_mask)
+        prefix_attention = causal_padding_mask(prefix_mask)
+        rows, length = input_ids.shape
+        seen_prefix = jnp.take(prefix_mask, prefix_index, axis=0).astype(jnp.bool_)[:, None, :]
+        row_attention = jnp.concatenate([jnp.broadcast_to(seen_prefix, (rows, length, prefix_mask.shape[1])),
+                                         causal_padding_mask(attention_mask)], axis=-1)
+
+        def attend_prefix(layer_index, q, k, v, carry):   # hands its keys and values to the rows
+            mask = prefix_attention[:, prefix_attention.shape[1] - q.shape[1]:]
+            return grouped_query_attention(q, k, v, mask), (k, v)
+
+        def attend_rows(layer_index, q, k, v, prefix_kv):
+            keys = jnp.concatenate([jnp.take(prefix_kv[0], prefix_index, axis=0), k], axis=1)
+            values = jnp.concatenate([jnp.take(prefix_kv[1], prefix_index, axis=0), v], axis=1)
+            return grouped_query_attention(q, keys, values, row_attention[:, length - q.shape[1]:]), None
+
+        prefix_cos, prefix_sin = self.rope(positions_from_mask(prefix_mask))
+        cos, sin = self.rope(positions)
+        prefix_x, x = self.embed_tokens(prefix_ids), self.embed_tokens(input_ids)
+        for index, layer in enumerate(self.layers):
+            final = index == len(self.layers) - 1
+            # The final layer needs only the prefixes' keys and values: one query keeps its shapes valid.
+            prefix_x, prefix_kv = layer(prefix_x, prefix_cos, prefix_sin, index, attend_prefix, None,
+                                        1 if final else None)
+            x, _ = layer(x, cos, sin, index, attend_rows, prefix_kv, last if final else None)
+        return self.final_norm(x)
+
     def run_layers(self, input_ids: jax.Array, positions: jax.Array, attend: AttendFn,
                    carry: Any, last: int | None = None) -> tuple[jax.Array, Any]:
         """Embeds, runs every layer with `attend` threading `carry`, and applies the final norm.
         With `last`, the final layer computes (and returns) the last `last` positions only."""
-        if last is not None and not 0 < last <= input_ids.shape[1]:
-            raise ValueError(f"last must be in [1, {input_ids.shape[1]}], got {last}")
+        _check_last(last, input_ids.shape[1])
         cos, sin = self.rope(positions)
         x = self.embed_tokens(input_ids)
         for index, layer in enumerate(self.layers):
@@ -206,6 +242,11 @@ class Decoder(nnx.Module):
     def __call__(self, input_ids: jax.Array, attention_mask: jax.Array | None = None,
                  positions: jax.Array | None = None) -> jax.Array:
         return self.logits(self.hidden_states(input_ids, attention_mask, positions))
+
+
+def _check_last(last: int | None, length: int) -> None:
+    if last is not None and not 0 < last <= length:
+        raise ValueError(f"last must be in [1, {length}], got {last}")
 
 
 def positions_from_mask(attention_mask: jax.Array) -> jax.Array:

@@ -21,6 +21,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import nnx, struct
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
@@ -39,6 +40,10 @@ class TrainBatch:
     old_logp: jax.Array
     advantages: jax.Array
     ref_logp: jax.Array | None = None
+    # Optional shared prefixes (see `share_prompt_prefixes`): row i continues prefix_ids[prefix_index[i]].
+    prefix_ids: jax.Array | None = None
+    prefix_mask: jax.Array | None = None
+    prefix_index: jax.Array | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,7 +57,7 @@ class TrainSpec:
 
 
 def token_logprobs(graphdef: nnx.GraphDef, params: nnx.State, input_ids: jax.Array, attention_mask: jax.Array,
-                   targets: jax.Array) -> jax.Array:
+                   targets: jax.Array, prefixes: tuple[jax.Array, jax.Array, jax.Array] | None = None) -> jax.Array:
     """log p(targets[:, j] | tokens up to position L - W + j), float32 [N, W], for input_ids [N, L] and
     targets [N, W] with W <= L: the targets cover the last W positions (all of them when W = L).
 
@@ -64,11 +69,16 @@ def token_logprobs(graphdef: nnx.GraphDef, params: nnx.State, input_ids: jax.Arr
     if window > input_ids.shape[1]:
         raise ValueError(f"targets cover {window} positions but the rows have {input_ids.shape[1]}")
     model = nnx.merge(graphdef, params)
-    return model.target_logprobs(model.hidden_states(input_ids, attention_mask, last=window), targets)
+    if prefixes is None:
+        hidden = model.hidden_states(input_ids, attention_mask, last=window)
+    else:  # (prefix_ids, prefix_mask, prefix_index): the rows continue shared prefixes
+        hidden = model.hidden_states_after_prefixes(*prefixes, input_ids, attention_mask, last=window)
+    return model.target_logprobs(hidden, targets)
 
 
 def _micro_loss(params: nnx.State, micro: TrainBatch, spec: TrainSpec):
-    logp = token_logprobs(spec.graphdef, params, micro.input_ids, micro.attention_mask, micro.targets)
+    prefixes = None if micro.prefix_ids is None else (micro.prefix_ids, micro.prefix_mask, micro.prefix_index)
+    logp = token_logprobs(spec.graphdef, params, micro.input_ids, micro.attention_mask, micro.targets, prefixes)
     # NaN marks tokens the sampler never scored (an appended EOS): treat them as on-policy.
     on_policy = jax.lax.stop_gradient(logp)
     old_logp = jnp.where(jnp.isnan(micro.old_logp), on_policy, micro.old_logp)
@@ -78,10 +88,13 @@ def _micro_loss(params: nnx.State, micro: TrainBatch, spec: TrainSpec):
 
 
 def train_step(state: TrainState, batch: TrainBatch, spec: TrainSpec) -> tuple[TrainState, dict[str, jax.Array]]:
-    """One optimizer update from a batch split into `spec.num_micro_batches` equal micro-batches.
+    """One optimizer update from a batch split into `spec.num_micro_batches` equal micro-batches
+    (a batch with shared prefixes splits them too: the rows of micro-batch j must continue
+    prefixes of chunk j, as consecutive groups do when the group size divides the micro-batch).
 
-    Gradients and metrics are averaged over micro-batches (a `lax.scan`), so with
-    sequence-mean aggregation k micro-batches of n give the update of one batch of k * n.
+    Gradients and the loss are averaged over micro-batches (a `lax.scan`), so with
+    sequence-mean aggregation k micro-batches of n give the update of one batch of k * n;
+    the other metrics over the micro-batches that hold a trained token.
     """
     k = spec.num_micro_batches
     grad_fn = jax.value_and_grad(_micro_loss, has_aux=True)
@@ -89,20 +102,30 @@ def train_step(state: TrainState, batch: TrainBatch, spec: TrainSpec) -> tuple[T
         (loss, metrics), grads = grad_fn(state.params, batch, spec)
         return _apply(state, grads, loss, metrics, spec)
     micro_batches = jax.tree.map(lambda x: x.reshape((k, x.shape[0] // k) + x.shape[1:]), batch)
+    if batch.prefix_index is not None:  # indices into each micro-batch's own chunk of prefixes
+        chunk = batch.prefix_ids.shape[0] // k
+        micro_batches = micro_batches.replace(
+            prefix_index=micro_batches.prefix_index - (jnp.arange(k, dtype=jnp.int32) * chunk)[:, None])
 
     def accumulate(carry, micro):
-        grads_sum, loss_sum, metrics_sum = carry
+        grads_sum, loss_sum, metrics_sum, filled = carry
         (loss, metrics), grads = grad_fn(state.params, micro, spec)
+        # The diagnostics average over micro-batches that train some token: the filler rows that pad
+        # a short final batch would otherwise count as a ratio of 0, an entropy of 0, ...
+        has_tokens = (jnp.sum(micro.loss_mask > 0) > 0).astype(jnp.float32)
         return (jax.tree.map(jnp.add, grads_sum, grads), loss_sum + loss,
-                jax.tree.map(jnp.add, metrics_sum, metrics)), None
+                jax.tree.map(lambda total, m: total + has_tokens * m, metrics_sum, metrics), filled + has_tokens), None
 
     zero_grads = jax.tree.map(jnp.zeros_like, state.params)
     metric_shapes = jax.eval_shape(lambda: _micro_loss(state.params, jax.tree.map(lambda x: x[0], micro_batches),
                                                        spec)[1])
     zero_metrics = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), metric_shapes)
-    (grads, loss, metrics), _ = jax.lax.scan(accumulate, (zero_grads, jnp.zeros(()), zero_metrics), micro_batches)
+    zero = jnp.zeros(())
+    (grads, loss, metrics, filled), _ = jax.lax.scan(accumulate, (zero_grads, zero, zero_metrics, zero),
+                                                     micro_batches)
     grads = jax.tree.map(lambda g: g / k, grads)
-    return _apply(state, grads, loss / k, {name: value / k for name, value in metrics.items()}, spec)
+    filled = jnp.maximum(filled, 1.0)
+    return _apply(state, grads, loss / k, {name: value / filled for name, value in metrics.items()}, spec)
 
 
 def _apply(state: TrainState, grads, loss, metrics, spec: TrainSpec) -> tuple[TrainState, dict[str, jax.Array]]:
@@ -115,6 +138,29 @@ def _apply(state: TrainState, grads, loss, metrics, spec: TrainSpec) -> tuple[Tr
 # The policy and the reward model share the loss; only their data and settings differ.
 policy_train_step = train_step
 reward_model_train_step = train_step
+
+
+def share_prompt_prefixes(batch: TrainBatch, group_size: int, prefix_length: int) -> TrainBatch:
+    """The same batch with each group of `group_size` consecutive rows sharing its first `prefix_length`
+    columns as one prefix (a GRPO group: G rollouts of one prompt), so the train step runs that part
+    of the forward and backward once per group. The per-token arrays must lie in the remaining
+    columns (`targets.shape[1] <= L - prefix_length`). Host-side (numpy) arrays in and out.
+    """
+    ids, mask = np.asarray(batch.input_ids), np.asarray(batch.attention_mask)
+    rows, length = ids.shape
+    if rows % group_size or not 0 < prefix_length < length:
+        raise ValueError(f"{rows} rows in groups of {group_size} with a {prefix_length}-column prefix of {length}")
+    if batch.targets.shape[1] > length - prefix_length:
+        raise ValueError(f"the loss window ({batch.targets.shape[1]} columns) reaches into the prefix")
+    if batch.prefix_ids is not None:
+        raise ValueError("the batch already has prefixes")
+    heads = (ids[:, :prefix_length] * mask[:, :prefix_length]).reshape(rows // group_size, group_size, -1)
+    head_masks = mask[:, :prefix_length].reshape(rows // group_size, group_size, -1)
+    if (heads != heads[:, :1]).any() or (head_masks != head_masks[:, :1]).any():
+        raise ValueError("rows of a group differ in their first prefix_length columns")
+    return batch.replace(input_ids=ids[:, prefix_length:], attention_mask=mask[:, prefix_length:],
+                         prefix_ids=ids[::group_size, :prefix_length], prefix_mask=mask[::group_size, :prefix_length],
+                         prefix_index=(np.arange(rows) // group_size).astype(np.int32))
 
 
 def batch_shardings(batch: TrainBatch, mesh: Mesh, rules: sharding_lib.Rules) -> TrainBatch:

@@ -3,6 +3,7 @@
 import jax
 import numpy as np
 import optax
+import pytest
 from flax import nnx
 from jax.sharding import PartitionSpec as P
 
@@ -10,7 +11,7 @@ from rlanything_jax import sharding
 from rlanything_jax.models import Decoder, DecoderConfig
 from rlanything_jax.rl import stepwise_group_advantages
 from rlanything_jax.rl.train_state import init_train_state, make_optimizer, reset_optimizer
-from rlanything_jax.rl.train_step import TrainBatch, TrainSpec, jit_train_step, train_step
+from rlanything_jax.rl.train_step import TrainBatch, TrainSpec, jit_train_step, share_prompt_prefixes, train_step
 from rlanything_jax.sampling.sampler import Sampler
 from rlanything_jax.sampling.strategies import Sampling
 
@@ -61,6 +62,19 @@ def test_micro_batches_give_the_update_of_one_batch():
     assert int(split.step) == 1
 
 
+def test_metrics_skip_micro_batches_without_trained_tokens():
+    """A short final batch padded with empty rows: on-policy tokens (NaN old log-probs) have ratio 1,
+    and the empty 4th micro-batch must not pull the mean ratio to 3/4."""
+    graphdef, tx, state = _sgd_setup()
+    batch = _batch()
+    loss_mask = batch.loss_mask.copy()
+    loss_mask[6:] = 0
+    batch = batch.replace(loss_mask=loss_mask, old_logp=np.full_like(batch.old_logp, np.nan))
+    _, metrics = jax.jit(lambda s, b: train_step(s, b, TrainSpec(graphdef, tx, num_micro_batches=4)))(state, batch)
+    assert float(metrics["ratio_mean"]) == 1.0 and float(metrics["clip_fraction"]) == 0.0
+    assert float(metrics["entropy"]) > 3.0   # the mean NLL of random targets under a random model, about log(64)
+
+
 def test_a_loss_window_gives_the_update_of_the_whole_row():
     """Targets etc. for the last 7 of 12 columns (the loss starts at column 6): same loss, same params."""
     graphdef, tx, state = _sgd_setup()
@@ -74,6 +88,37 @@ def test_a_loss_window_gives_the_update_of_the_whole_row():
         np.testing.assert_allclose(float(cut_metrics[name]), float(whole_metrics[name]), atol=1e-6)
     for a, b in zip(_flat(whole.params), _flat(cut.params)):
         np.testing.assert_allclose(a, b, atol=1e-6)
+
+
+def test_shared_prefixes_give_the_update_of_the_whole_rows():
+    """Two groups of 4 rows sharing their first 5 columns (one group left-padded), loss from column 5 on:
+    the prefix form runs each group's prefix once and must give the same step, also in 2 micro-batches."""
+    graphdef, tx, state = _sgd_setup()
+    batch = _batch()
+    ids, mask = batch.input_ids.copy(), batch.attention_mask.copy()
+    mask[:4, :2] = 0
+    ids[:4, :5], mask[:4, :5] = ids[0, :5], mask[0, :5]
+    ids[4:, :5], mask[4:, :5] = ids[4, :5], mask[4, :5]
+    whole = batch.replace(input_ids=ids, attention_mask=mask,
+                          **{name: getattr(batch, name)[:, 5:] for name in ("targets", "loss_mask", "old_logp")})
+    shared = share_prompt_prefixes(whole, group_size=4, prefix_length=5)
+    assert shared.input_ids.shape == (8, 7) and shared.prefix_ids.shape == (2, 5)
+    assert shared.prefix_index.tolist() == [0, 0, 0, 0, 1, 1, 1, 1]
+    results = []
+    for b, micro in [(whole, 1), (shared, 1), (shared, 2)]:
+        spec = TrainSpec(graphdef, tx, kl_beta=0.05, num_micro_batches=micro)
+        results.append(jax.jit(lambda s, b, spec=spec: train_step(s, b, spec))(state, b))
+    (reference, reference_metrics), *others = results
+    for new, metrics in others:
+        for name in ("loss", "kl", "entropy", "grad_norm"):
+            np.testing.assert_allclose(float(metrics[name]), float(reference_metrics[name]), atol=1e-5)
+        for a, b in zip(_flat(reference.params), _flat(new.params)):
+            np.testing.assert_allclose(a, b, atol=1e-5)
+    ids[1, 4] = (ids[1, 4] + 1) % CFG.vocab_size
+    with pytest.raises(ValueError, match="differ in their first"):
+        share_prompt_prefixes(whole.replace(input_ids=ids), group_size=4, prefix_length=5)
+    with pytest.raises(ValueError, match="reaches into the prefix"):
+        share_prompt_prefixes(batch, group_size=4, prefix_length=5)
 
 
 def test_same_step_on_one_device_and_on_a_2x4_mesh():

@@ -1,5 +1,6 @@
-"""The hand-written backward passes (attention, projections, output layer) against autodiff of the
-textbook formulas, and the last-positions forward against the full one."""
+"""The train step's fast paths against the plain computation: the hand-written backward passes
+(attention, projections, output layer) against autodiff of the textbook formulas, and the
+last-positions and shared-prefix forwards against the full forward of whole rows."""
 
 import jax
 import jax.numpy as jnp
@@ -85,3 +86,21 @@ def test_hidden_states_of_the_last_positions_equal_the_full_forward():
     np.testing.assert_allclose(model.hidden_states(ids, valid, last=4), full[:, -4:], atol=1e-5)
     with pytest.raises(ValueError, match="last must be in"):
         model.hidden_states(ids, valid, last=10)
+
+
+def test_rows_after_shared_prefixes_equal_the_whole_rows():
+    cfg = DecoderConfig(model_type="qwen2", vocab_size=50, hidden_size=16, intermediate_size=32, num_layers=2,
+                        num_heads=4, num_kv_heads=2, head_dim=4, qkv_bias=True)
+    model = Decoder(cfg, rngs=nnx.Rngs(4))
+    prefix_ids = np.asarray(RNG.integers(1, 50, (2, 5)), np.int32)
+    prefix_mask = np.array([[1] * 5, [0, 0, 1, 1, 1]], np.int32)            # the second prefix is left-padded
+    rows = np.asarray(RNG.integers(1, 50, (3, 4)), np.int32)
+    row_mask = np.array([[1, 1, 1, 1], [1, 1, 0, 0], [1, 1, 1, 1]], np.int32)  # a right-padded row
+    index = np.array([1, 0, 1], np.int32)
+    fast = model.hidden_states_after_prefixes(prefix_ids, prefix_mask, index, rows, row_mask)
+    whole = model.hidden_states(np.concatenate([prefix_ids[index], rows], 1),
+                                np.concatenate([prefix_mask[index], row_mask], 1))[:, 5:]
+    valid = row_mask.astype(bool)
+    np.testing.assert_allclose(np.asarray(fast)[valid], np.asarray(whole)[valid], atol=1e-5)
+    last = model.hidden_states_after_prefixes(prefix_ids, prefix_mask, index, rows, row_mask, last=2)
+    np.testing.assert_allclose(np.asarray(last)[valid[:, 2:]], np.asarray(whole[:, 2:])[valid[:, 2:]], atol=1e-5)
