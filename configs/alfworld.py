@@ -36,8 +36,8 @@ def scratch_run(cfg) -> None:
     common.use_float32_models(cfg)
     for role in ("policy", "reward"):
         cfg.model[role].path = "scratch"
-    cfg.env.update(task_types="pick_and_place_simple", num_train_tasks=32, num_eval_tasks=48, prompt_style="compact",
-                   knobs={"num_receptacles": 4, "num_distractors": 0, "target_instances": 1})
+    cfg.env.update(task_types="pick_and_place_simple", num_train_tasks=32, num_eval_tasks=48,
+                   prompt_style="compact", knobs={"num_receptacles": 4, "num_distractors": 0, "target_instances": 1})
     cfg.loop.update(total_steps=10, save_every=1, eval_every=5)
     cfg.rollout.update(tasks_per_step=8, group_size=4, max_turns=10, max_new_tokens=12, max_prompt_tokens=512,
                        temperature=1.0, top_p=1.0)

@@ -111,8 +111,9 @@ def base_config(scenario: str) -> ml_collections.ConfigDict:
         "knobs": {"num_receptacles": 10, "num_distractors": 4},
         "workers": 0,                # environment worker processes (0: one per CPU core)
         "step_timeout_s": 30.0,
-        # Text games: "reference" (the reference's prompts, for instruct models) or "compact"
-        # (game text in, command out; for the small models a run builds from scratch).
+        # Text games: "reference" (the reference's prompts, for instruct models), "compact" (game
+        # text in, command out) or "compact_choice" (game text + numbered commands in, a number out);
+        # the compact styles are for the small models a run builds from scratch.
         "prompt_style": "reference",
     })
     cfg.eval = ml_collections.ConfigDict({"group_size": 2, "temperature": 0.8, "max_turns": 40})
@@ -146,7 +147,8 @@ def train_config(updates_per_step: int) -> ml_collections.ConfigDict:
         "max_grad_norm": 1.0,
         "clip_eps": 0.2,
         "kl_beta": 0.01,
-        "updates_per_step": updates_per_step,
+        "updates_per_step": updates_per_step,   # optimizer updates per pass over the step's data
+        "ppo_epochs": 1,                 # passes over the step's data, all against the sampler's log-probs
         "micro_batch_size": 1,
         "max_prompt_tokens": 2048,
         "max_response_tokens": 2048,

@@ -99,6 +99,9 @@ def build_scenario(cfg):
     if cfg.env.prompt_style == "compact":
         from rlanything_jax.agents.compact_game import CompactTextGameScenario
         return CompactTextGameScenario()
+    if cfg.env.prompt_style == "compact_choice":
+        from rlanything_jax.agents.compact_game import CompactChoiceScenario
+        return CompactChoiceScenario()
     from rlanything_jax.agents.text_game import TextGameScenario
     return TextGameScenario()
 

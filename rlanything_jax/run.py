@@ -63,11 +63,12 @@ def _warm_start(cfg, services: Services, state: SystemState, tasks, env, log) ->
 
 
 def _supervised(learner, learning_rate: float, batch_size: int, num_examples: int):
-    """The learner with SFT settings: its own learning rate, updates of `batch_size` examples."""
+    """The learner with SFT settings: its own constant learning rate (not the RL schedule), updates of
+    `batch_size` examples."""
     import dataclasses
 
-    config = {**learner.train_config, "learning_rate": learning_rate, "micro_batch_size": batch_size,
-              "updates_per_step": max(1, math.ceil(num_examples / batch_size))}
+    config = {**learner.train_config, "learning_rate": learning_rate, "schedule": "constant", "ppo_epochs": 1,
+              "micro_batch_size": batch_size, "updates_per_step": max(1, math.ceil(num_examples / batch_size))}
     return dataclasses.replace(learner, train_config=config, compiled={})
 
 

@@ -4,14 +4,15 @@ import numpy as np
 import pytest
 
 from rlanything_jax import assemble, sft
-from rlanything_jax.agents.compact_game import CompactTextGameScenario, closest_action, game_text
+from rlanything_jax.agents.compact_game import (CompactChoiceScenario, CompactTextGameScenario, closest_action,
+                                                 game_text)
 from rlanything_jax.agents.text_game import TextGameScenario
 from rlanything_jax.agents.trajectory import Episode
 from rlanything_jax.envs import alfworld
 from rlanything_jax.envs.alfworld_knobs import GameKnobs
 from rlanything_jax.envs.base import Observation, make_env
 
-SCENARIOS = [TextGameScenario(), CompactTextGameScenario()]
+SCENARIOS = [TextGameScenario(), CompactTextGameScenario(), CompactChoiceScenario()]
 
 
 @pytest.fixture(scope="module")
@@ -131,3 +132,25 @@ def test_closest_action_maps_untrusted_text_to_an_admissible_command():
     assert closest("zzz qqq", obs.admissible_actions)[1] == "closest"
     assert closest("anything", ()) == ("look", "no_actions")
     assert closest("\x00" * 10_000 + "rm -rf /", obs.admissible_actions)[0] in obs.admissible_actions
+
+
+def test_choice_prompt_numbers_the_state_changing_commands_and_parses_hostile_answers():
+    obs = Observation("You arrive at bed 1.\nYour task is to: put a laptop on desk.",
+                      ("go to bed 1", "go to desk 1", "examine bed 1", "take laptop 1 from bed 1", "look", "inventory"))
+    scenario = CompactChoiceScenario()
+    prompt = scenario.initial_messages(None, obs)[0]["content"]
+    assert prompt.endswith("\n1 go to bed 1\n2 go to desk 1\n3 take laptop 1 from bed 1")
+    assert scenario.answer_text(obs, "take laptop 1 from bed 1") == "3"
+    assert scenario.answer_text(obs, "look") == "look"
+
+    def parsed(text):
+        p = scenario.parse_action(text, obs)
+        return p.action, p.status
+
+    assert parsed("2") == ("go to desk 1", "ok")
+    assert parsed(" 3 take laptop") == ("take laptop 1 from bed 1", "ok")
+    assert parsed("0")[1] == parsed("4")[1] == parsed("9" * 400)[1] == "out_of_range"
+    assert parsed("take laptop") == ("take laptop 1 from bed 1", "no_number")
+    assert parsed("-1")[1] == "ok" and parsed("-1")[0] == "go to bed 1"   # the first number is "1"
+    assert parsed("\x00" * 10_000 + "rm -rf /")[0] in obs.admissible_actions
+    assert scenario.parse_action("1", Observation("x", ())).status == "no_actions"

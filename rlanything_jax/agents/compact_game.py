@@ -10,6 +10,12 @@ use for the guide and pays for every token on a CPU, so here:
 - the reward model sees the goal, the earlier commands, the judged command and its
   outcome, and answers `\\boxed{1}` or `\\boxed{-1}` (the reference's parser).
 Each prompt is about a tenth of the reference's length.
+
+`CompactChoiceScenario` (`prompt_style="compact_choice"`) keeps the game text but
+numbers the useful commands under it (moving, opening, taking, placing, using: not
+look / inventory / examine / help) and takes the answer's first number: a one-token
+action, so a small model need not spell object names it has never seen, and each
+decision's credit falls on one token.
 """
 
 from __future__ import annotations
@@ -100,3 +106,47 @@ class CompactTextGameScenario:
     def parse_judgment(self, text: str) -> ParsedJudgment:
         judgment = parsers.parse_judgment(text)
         return ParsedJudgment(score=int(judgment.score), valid=bool(judgment.valid), status=judgment.status)
+
+
+# Commands a compact choice list leaves out: they never change the game's state.
+_UNLISTED = ("look", "inventory", "examine ", "help")
+_NUMBER = re.compile(r"\d+")
+
+
+def listed_commands(observation: Observation) -> list[str]:
+    """The admissible commands a choice prompt numbers, in the game's order."""
+    return [a for a in observation.admissible_actions if not a.startswith(_UNLISTED)]
+
+
+@dataclasses.dataclass(frozen=True)
+class CompactChoiceScenario(CompactTextGameScenario):
+    name: str = "compact_choice"
+
+    def _game_with_choices(self, observation: Observation) -> str:
+        choices = "\n".join(f"{i + 1} {a}" for i, a in enumerate(listed_commands(observation)))
+        return f"{game_text(observation)}\n{choices}"
+
+    def initial_messages(self, task: Task, observation: Observation) -> list[Message]:
+        del task
+        return [{"role": "user", "content": self._game_with_choices(observation)}]
+
+    def turn_message(self, episode: Episode, observation: Observation) -> Message:
+        del episode
+        return {"role": "user", "content": self._game_with_choices(observation)}
+
+    def parse_action(self, response_text: str, observation: Observation) -> ParsedAction:
+        """The first number in the answer, 1-based into the listed commands; without a usable number,
+        the closest listed command to the answer's words (counted as a fallback)."""
+        listed = listed_commands(observation) or list(observation.admissible_actions)
+        match = _NUMBER.search(response_text)
+        if match is not None and len(match.group()) <= 3 and 1 <= int(match.group()) <= len(listed):
+            return ParsedAction(listed[int(match.group()) - 1], "ok")
+        fallback = closest_action(response_text, listed)
+        status = "no_number" if match is None else "out_of_range"
+        return ParsedAction(fallback.action, status if fallback.status != "no_actions" else "no_actions")
+
+    def answer_text(self, observation: Observation, action: str) -> str:
+        """The listed command's number; an unlisted command (look, examine, ...: judged steps of the
+        reward model's warm start may take one) is written out, as the parser's fallback reads it."""
+        listed = listed_commands(observation)
+        return str(listed.index(action) + 1) if action in listed else action

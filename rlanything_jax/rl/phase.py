@@ -82,14 +82,17 @@ def train_phase(learner: Learner, state: TrainState, examples: Sequence[Example]
     if not kept:
         return state, {}
     num_micro = _micro_batches_per_update(len(kept), int(cfg["updates_per_step"]), micro_size)
-    batches = BatchIterator(kept, dataclasses.replace(data_cfg, batch_size=num_micro * micro_size))
     sums: Counter = Counter()
     updates = 0
-    for batch in batches:
-        step_fn = learner._step_fn(state, batch, num_micro)
-        state, step_metrics = step_fn(state, batch)
-        for name, value in jax.device_get(step_metrics).items():
-            sums[name] += float(np.asarray(value))
-        updates += 1
+    # PPO epochs: each pass reshuffles the same examples; the clip keeps later passes near the sampler's policy.
+    for epoch in range(int(cfg.get("ppo_epochs", 1))):
+        batches = BatchIterator(kept, dataclasses.replace(data_cfg, batch_size=num_micro * micro_size,
+                                                          seed=seed + 7919 * epoch))
+        for batch in batches:
+            step_fn = learner._step_fn(state, batch, num_micro)
+            state, step_metrics = step_fn(state, batch)
+            for name, value in jax.device_get(step_metrics).items():
+                sums[name] += float(np.asarray(value))
+            updates += 1
     metrics[f"{prefix}/updates"] += updates
     return state, {f"{prefix}/{name}": value / updates for name, value in sums.items()}

@@ -195,13 +195,21 @@ def test_collate_keeps_mixed_rows_in_the_bucket():
     assert np.isclose(batch.loss_mask.sum(), 5.0)   # 4 steps + 1
 
 
+def _one_device_mesh():
+    return sharding.build_mesh({"data": 1, "fsdp": 1, "tensor": 1}, devices=jax.devices()[:1])
+
+
+def _phase_config(**overrides) -> dict:
+    return dict(dict(learning_rate=1e-3, adam_b1=0.9, adam_b2=0.999, adam_eps=1e-8, weight_decay=0.0,
+                     max_grad_norm=1.0, clip_eps=0.2, kl_beta=0.01, aggregation="sequence_mean", updates_per_step=1,
+                     micro_batch_size=8, max_prompt_tokens=64, max_response_tokens=64, overlong_prompt="drop",
+                     append_eos=True, reset_optimizer_each_step=False), **overrides)
+
+
 def test_phase_trains_packed_examples_like_their_steps():
     """Through `train_phase` (DataConfig.aggregation + a token-mean step): same loss metrics as per step."""
-    mesh = sharding.build_mesh({"data": 1, "fsdp": 1, "tensor": 1}, devices=jax.devices()[:1])
-    train = dict(learning_rate=1e-3, adam_b1=0.9, adam_b2=0.999, adam_eps=1e-8, weight_decay=0.0, max_grad_norm=1.0,
-                 clip_eps=0.2, kl_beta=0.01, aggregation="sequence_mean", updates_per_step=1, micro_batch_size=8,
-                 max_prompt_tokens=64, max_response_tokens=64, overlong_prompt="drop", append_eos=True,
-                 reset_optimizer_each_step=False)
+    mesh = _one_device_mesh()
+    train = _phase_config()
     results = []
     for pack in (False, True):
         graphdef, params = nnx.split(Decoder(MODEL, rngs=nnx.Rngs(0)))   # the step donates the state
@@ -215,3 +223,23 @@ def test_phase_trains_packed_examples_like_their_steps():
     assert metrics["policy_data/packed_segments"] == 7 and metrics["policy_data/kept"] == 2
     for name in ("policy/loss", "policy/kl", "policy/entropy", "policy/clip_fraction"):
         np.testing.assert_allclose(results[1][name], results[0][name], atol=1e-5, err_msg=name)
+
+
+def test_ppo_epochs_repeat_the_pass_against_the_sampler_logprobs():
+    """Three passes: three times the updates over data prepared once; the later passes see the moved
+    policy, so the mean ratio to the sampler's log-probs differs from one pass's."""
+    mesh = _one_device_mesh()
+    train = _phase_config(learning_rate=1e-2, kl_beta=0.0, aggregation="token_mean")
+    ratios = []
+    for epochs in (1, 3):
+        graphdef, params = nnx.split(Decoder(MODEL, rngs=nnx.Rngs(0)))
+        learner = Learner(graphdef=graphdef, train_config={**train, "ppo_epochs": epochs}, mesh=mesh, eos_id=EOS,
+                          pad_id=0)
+        metrics = Counter()
+        examples = policy_examples(_groups(), SignalConfig(), pack_turns=True)
+        state, phase_metrics = train_phase(learner, init_train_state(params, learner.tx), examples, seed=0,
+                                           metrics=metrics)
+        assert metrics["policy/updates"] == epochs and int(state.step) == epochs
+        assert metrics["policy_data/kept"] == 2   # the data is prepared once
+        ratios.append(phase_metrics["policy/ratio_mean"])
+    assert abs(ratios[1] - ratios[0]) > 1e-3
