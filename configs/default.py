@@ -2,7 +2,7 @@
 
 `python -m rlanything_jax.main` uses this file when --config is not given. A policy
 and a reward model (small decoders with a BPE tokenizer, built by the run from its
-own game text) are warm-started on 32 expert games, then trained together for 10
+own game text) are warm-started on 96 expert games, then trained together for 10
 RLAnything steps on generated ALFWorld pick-and-place games while the procedural
 generator rewrites tasks that are too easy or too hard. Held-out success is
 measured on 48 unseen games before, during and after RL.
