@@ -13,14 +13,13 @@ from typing import Any
 import jinja2
 from flax import nnx
 
-from rlanything_jax import sharding
+from rlanything_jax import sft, sharding
 from rlanything_jax.agents.judging import JudgeConfig
 from rlanything_jax.agents.rollout import RolloutConfig
 from rlanything_jax.agents.trajectory import Episode
 from rlanything_jax.envs.base import Task
 from rlanything_jax.loop import LoopSettings
 from rlanything_jax.rl.examples import SignalConfig
-from rlanything_jax import sft
 from rlanything_jax.rl.phase import Learner
 
 EVAL_SEED_OFFSET = 1_000_000  # held-out tasks use seeds no training task uses

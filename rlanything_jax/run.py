@@ -39,9 +39,9 @@ def _warm_start(cfg, services: Services, state: SystemState, tasks, env, log) ->
         steps = sft.play_searching_expert(task, plan, rng, env) if search else sft.play_expert(task, plan, env)
         policy_examples += sft.policy_sft_examples(sft.expert_episode(task, steps, services.scenario, policy_tok))
         if cfg.warm_start.reward_epochs:
+            # Progress labels: for walkthrough play they are the expert's +1 and the others' -1.
             reward_examples += sft.reward_sft_examples(reward_tok, services.scenario, task, steps, rng,
-                                                       cfg.warm_start.negatives_per_step, env,
-                                                       plan=plan if search else None)
+                                                       cfg.warm_start.negatives_per_step, env, plan=plan)
     log(f"warm start: {len(policy_examples)} policy and {len(reward_examples)} reward-model examples "
         f"from {len(tasks)} expert games")
     lr, batch = cfg.warm_start.learning_rate, cfg.warm_start.batch_size
