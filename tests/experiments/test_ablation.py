@@ -15,3 +15,23 @@ def test_table_and_plot(tmp_path):
     assert "| rlanything | 0.250 ± 0.000 | 0.750 ± 0.000 | 0.600 ± 0.000 | - | 4.000 ± 0.000 |" in table
     plot_ablation(summaries, tmp_path / "a.png")
     assert (tmp_path / "a.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_rows_start_from_a_copy_of_their_seeds_warm_start(tmp_path):
+    from rlanything_jax.experiments.ablation import start_from_warm_start
+
+    warm = tmp_path / "warm_start" / "seed0"
+    (warm / "checkpoints" / "0").mkdir(parents=True)
+    (warm / "checkpoints" / "0" / "state").write_text("step 0")
+    (warm / "games").mkdir()
+    (warm / "metrics.jsonl").write_text('{"step": 0, "eval/success_rate": 0.5}\n')
+    (warm / "summary.json").write_text("{}")  # the warm start's own summary stays behind
+    row = tmp_path / "rlanything" / "seed0"
+    start_from_warm_start(warm, row)
+    assert (row / "checkpoints" / "0" / "state").read_text() == "step 0"
+    assert (row / "metrics.jsonl").read_text() == (warm / "metrics.jsonl").read_text()
+    assert (row / "games").is_dir() and not (row / "summary.json").exists()
+    # A row that has started (here: gone on to step 3) is never overwritten by the warm start.
+    (row / "metrics.jsonl").write_text("step 3\n")
+    start_from_warm_start(warm, row)
+    assert (row / "metrics.jsonl").read_text() == "step 3\n"
