@@ -96,8 +96,10 @@ def rl_step(state: SystemState, services: Services, settings: LoopSettings) -> t
     phase = _PhaseClock(services.log, step, metrics)
     episodes = play_episodes(services.policy_sampler, services.runner, services.scenario, active + pending,
                              rollout_cfg, metrics=metrics)
+    check_environment(episodes, f"step {step}")
+    failed = sum(e.env_error is not None for e in episodes)
     phase.done("rollout", f"{len(episodes)} episodes of {len(active)} tasks + {len(pending)} candidates, "
-                          f"{sum(e.won for e in episodes)} won")
+                          f"{sum(e.won for e in episodes)} won{f', {failed} failed in the environment' if failed else ''}")
     if settings.judge_steps:
         judge_episodes(services.reward_sampler, services.scenario, episodes,
                        dataclasses.replace(settings.judge, seed=services.seed * 104729 + step), metrics)
@@ -141,6 +143,18 @@ def rl_step(state: SystemState, services: Services, settings: LoopSettings) -> t
     for role, sampler in (("policy", services.policy_sampler), ("reward", services.reward_sampler)):
         report[f"sampler/{role}_compilations"] = sum(sampler.compilations.values())  # so far, in this process
     return SystemState(step=step, policy=policy_state, reward=reward_state, pool=pool), report
+
+
+class EnvironmentFailure(RuntimeError):
+    """Every episode of a step or an evaluation failed in the environment: nothing to learn from."""
+
+
+def check_environment(episodes: Sequence[Episode], where: str) -> None:
+    """Stops the run when no episode could be played (e.g. the environment workers cannot start), with
+    the first episode's reason, instead of going on with empty steps."""
+    if episodes and all(e.env_error is not None for e in episodes):
+        raise EnvironmentFailure(f"{where}: all {len(episodes)} episodes failed in the environment; "
+                                 f"the first: {episodes[0].env_error}")
 
 
 class _PhaseClock:
@@ -218,6 +232,7 @@ def evaluate(policy_sampler: Sampler, runner: Any, scenario: Any, tasks: Sequenc
     for start in range(0, len(tasks), chunk):
         episodes += play_episodes(policy_sampler, runner, scenario, tasks[start:start + chunk], rollout,
                                   metrics=metrics)
+    check_environment(episodes, "held-out evaluation")
     played = [e for e in episodes if e.env_error is None]
     return {"eval/success_rate": float(np.mean([e.won for e in played])) if played else float("nan"),
             "eval/episodes": len(played)}

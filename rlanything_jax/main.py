@@ -78,11 +78,12 @@ def main(argv: list[str]) -> int:
             return 1
         print(f"# demo\nuser: {cfg.demo.prompt}\nassistant: {answer}")
         return 0
+    from rlanything_jax.loop import EnvironmentFailure
     from rlanything_jax.run import run_rl
 
     try:
         summary = run_rl(cfg, log=_log)
-    except (FileNotFoundError, ValueError) as error:
+    except (FileNotFoundError, ValueError, EnvironmentFailure) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
