@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from rlanything_jax.envs import sandbox
+from rlanything_jax.envs import function_tests, sandbox
 from rlanything_jax.envs.base import Observation, StepResult, Task, register_env
 
 DEFAULT_TIME_LIMIT_S = 4.0
@@ -155,11 +155,11 @@ def run_function_verdicts(programs: Sequence[str | None], test_codes: Sequence[s
     """Like `run_stdio_verdicts` for HumanEval-style tests: each test code defines `check(candidate)`."""
     runnable = [i for i, program in enumerate(programs) if _has_code(program)]
     pairs = [(i, test) for i in runnable for test in test_codes]
-    tokens = [os.urandom(16).hex() for _ in pairs]   # fresh per run: see sandbox.run_function_tests
-    jobs = [(sandbox.function_test_program(programs[i], test, entry_point), token + "\n")
+    tokens = [os.urandom(16).hex() for _ in pairs]   # fresh per run: see function_tests.run_function_tests
+    jobs = [(function_tests.function_test_program(programs[i], test, entry_point), token + "\n")
             for (i, test), token in zip(pairs, tokens)]
     results = _execute_all(jobs, max_workers, time_limit_s, execute_kwargs)
-    statuses = iter(sandbox.function_result(r, token).status for r, token in zip(results, tokens))
+    statuses = iter(function_tests.function_result(r, token).status for r, token in zip(results, tokens))
     verdicts = [[NOT_RUN] * len(test_codes) for _ in programs]
     for i in runnable:
         verdicts[i] = [_function_verdict(next(statuses)) for _ in test_codes]

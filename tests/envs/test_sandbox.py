@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from rlanything_jax.envs import sandbox
+from rlanything_jax.envs import function_tests, sandbox
 
 pytestmark = pytest.mark.filterwarnings("ignore:UNTRUSTED CODE SANDBOX IS WEAK:RuntimeWarning")
 
@@ -97,12 +97,12 @@ def test_execute_many_keeps_order_and_overlaps_runs():
 def test_function_tests_pass_fail_and_cannot_be_skipped_by_exiting_early():
     tests = "def check(candidate):\n    assert candidate(2, 3) == 5\n    assert candidate(-1, 1) == 0\n"
     good = "def add(a, b):\n    return a + b\n"
-    assert sandbox.run_function_tests(good, tests, "add").status == "ok"
-    assert sandbox.run_function_tests("def add(a, b):\n    return a - b\n", tests, "add").status == "error"
-    early_exit = sandbox.run_function_tests("import os\nos._exit(0)\n", tests, "add")
+    assert function_tests.run_function_tests(good, tests, "add").status == "ok"
+    assert function_tests.run_function_tests("def add(a, b):\n    return a - b\n", tests, "add").status == "error"
+    early_exit = function_tests.run_function_tests("import os\nos._exit(0)\n", tests, "add")
     assert early_exit.status == "error"
     assert "did not run to completion" in early_exit.stderr
-    slow = sandbox.run_function_tests("def add(a, b):\n    while True: pass\n", tests, "add", timeout_s=1.0)
+    slow = function_tests.run_function_tests("def add(a, b):\n    while True: pass\n", tests, "add", timeout_s=1.0)
     assert slow.status == "timeout"
 
 
