@@ -128,6 +128,11 @@ def base_config(scenario: str) -> ml_collections.ConfigDict:
         # "walkthrough": the expert's plan (it knows where everything is); "search": it first visits a
         # random number of other receptacles, as an agent that does not know would (alfworld).
         "demonstrations": "walkthrough",
+        # The expert's step labels, for the reward model's warm start and its step accuracy:
+        # "walkthrough" (an expert who knows where everything is: every search step is wrong) or
+        # "search" (one who knows only what the agent has seen: visiting an unvisited receptacle is
+        # good until the object is found).
+        "step_labels": "walkthrough",
     })
     cfg.demo = ml_collections.ConfigDict({
         # Until the RL loop lands, main shows the policy model answering this chat prompt.

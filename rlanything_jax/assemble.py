@@ -81,13 +81,14 @@ def _cached_plan(task_id: str, task: Task) -> tuple[str, ...]:
     return tuple(expert_plan(task))
 
 
-def walkthrough_step_label(episode: Episode, step_index: int) -> int | None:
-    """Expert label of a step: +1 when its action is a not-yet-taken step of the expert's
-    walkthrough (it makes progress), -1 otherwise; None for tasks without an expert."""
+def walkthrough_step_label(episode: Episode, step_index: int, kind: str = "walkthrough") -> int | None:
+    """Expert label of an episode's step (`sft.step_label`); None for tasks without an expert."""
     if episode.task.kind not in ("alfworld", "textworld"):
         return None
     plan = _cached_plan(episode.task.task_id, episode.task)
-    return sft.progress_label(plan, [s.action for s in episode.steps[:step_index]], episode.steps[step_index].action)
+    step = episode.steps[step_index]
+    return sft.step_label(kind, plan, [s.action for s in episode.steps[:step_index]], step.action,
+                      step.observation.admissible_actions)
 
 
 def build_scenario(cfg):

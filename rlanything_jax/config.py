@@ -129,6 +129,7 @@ _SCALAR_CHECKS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("warm_start.learning_rate", _positive, "must be > 0"),
     ("warm_start.batch_size", _positive_int, "must be a positive integer"),
     ("warm_start.demonstrations", lambda v: v in ("walkthrough", "search"), "must be 'walkthrough' or 'search'"),
+    ("warm_start.step_labels", lambda v: v in ("walkthrough", "search"), "must be 'walkthrough' or 'search'"),
     ("curriculum.generator", lambda v: v in ("env_model", "procedural"), "must be 'env_model' or 'procedural'"),
     ("demo.prompt", lambda v: isinstance(v, str), "must be a string"),
     ("demo.max_new_tokens", _positive_int, "must be a positive integer"),

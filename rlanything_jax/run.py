@@ -8,6 +8,7 @@ from the newest readable checkpoint; metrics lines written after it are dropped.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import time
@@ -39,9 +40,10 @@ def _warm_start(cfg, services: Services, state: SystemState, tasks, env, log) ->
         steps = sft.play_searching_expert(task, plan, rng, env) if search else sft.play_expert(task, plan, env)
         policy_examples += sft.policy_sft_examples(sft.expert_episode(task, steps, services.scenario, policy_tok))
         if cfg.warm_start.reward_epochs:
-            # Progress labels: for walkthrough play they are the expert's +1 and the others' -1.
+            # The expert's step labels (warm_start.step_labels), also those the RM's step accuracy is measured by.
             reward_examples += sft.reward_sft_examples(reward_tok, services.scenario, task, steps, rng,
-                                                       cfg.warm_start.negatives_per_step, env, plan=plan)
+                                                       cfg.warm_start.negatives_per_step, env, plan=plan,
+                                                       labels=cfg.warm_start.step_labels)
     log(f"warm start: {len(policy_examples)} policy and {len(reward_examples)} reward-model examples "
         f"from {len(tasks)} expert games")
     lr, batch = cfg.warm_start.learning_rate, cfg.warm_start.batch_size
@@ -113,7 +115,7 @@ def run_rl(cfg, log: Callable[[str], None] = print) -> dict:
     services = Services(policy_sampler=samplers["policy"], reward_sampler=samplers["reward"],
                         policy_learner=learners["policy"], reward_learner=learners["reward"], runner=runner,
                         scenario=scenario, generator=assemble.task_generator(cfg, workdir, environment_sampler),
-                        step_labeler=assemble.walkthrough_step_label, seed=cfg.seed, log=log)
+                        step_labeler=functools.partial(assemble.walkthrough_step_label, kind=cfg.warm_start.step_labels), seed=cfg.seed, log=log)
     state = SystemState(step=0,
                         policy=init_train_state(samplers["policy"].params, learners["policy"].tx),
                         reward=init_train_state(samplers["reward"].params, learners["reward"].tx),

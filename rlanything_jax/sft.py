@@ -72,11 +72,74 @@ def progress_label(plan: Sequence[str], earlier_actions: Sequence[str], action: 
     """The expert's judgment of a step: +1 when the action is the next walkthrough step not yet done
     (the earlier actions are matched against the walkthrough in order), -1 otherwise. Going to the
     goal receptacle before holding the object is then a wrong visit, and going there later is progress."""
+    done = _walkthrough_done(plan, earlier_actions)
+    return 1 if done < len(plan) and action == plan[done] else -1
+
+
+def _walkthrough_done(plan: Sequence[str], earlier_actions: Sequence[str]) -> int:
     done = 0
     for earlier in earlier_actions:
         if done < len(plan) and earlier == plan[done]:
             done += 1
-    return 1 if done < len(plan) and action == plan[done] else -1
+    return done
+
+
+_PLACE = ("go to ", "open ", "close ")
+
+
+def _place_of(action: str) -> str | None:
+    """Where an action happens: the receptacle it goes to, opens, takes from, puts in/on or uses."""
+    for prefix in _PLACE:
+        if action.startswith(prefix):
+            return action[len(prefix):]
+    for word in (" from ", " to ", " in ", " on ", " with "):
+        if word in action:
+            return action.rsplit(word, 1)[1]
+    return None
+
+
+def search_label(plan: Sequence[str], earlier_actions: Sequence[str], action: str,
+                 admissible: Sequence[str] = ()) -> int:
+    """The judgment of an expert who knows only what the agent has seen (`progress_label`'s expert also
+    knows where the object is hidden, so it calls every search step wrong).
+
+    Until the agent has reached the receptacle of the walkthrough's first step (and opened it, where the
+    walkthrough does), it is searching: going to a receptacle not visited yet is +1, and so is opening
+    the one it stands at; while that one is closed and unopened (`admissible` lists "open" for it),
+    opening it is the only good step. Once the object is found, the walkthrough's next step is +1, as
+    is going back to where that step happens; the rest is -1."""
+    if not plan or not plan[0].startswith("go to "):
+        return progress_label(plan, earlier_actions, action)
+    goes = [a[len("go to "):] for a in earlier_actions if a.startswith("go to ")]
+    at = goes[-1] if goes else None
+    reach = 2 if len(plan) > 1 and plan[1] == "open " + plan[0][len("go to "):] else 1
+    done = _walkthrough_done(plan, earlier_actions)
+    if done < reach:
+        look_inside = f"open {at}"
+        if at is not None and look_inside in admissible and look_inside not in earlier_actions:
+            return 1 if action == look_inside else -1
+        if action.startswith("go to "):
+            return 1 if action[len("go to "):] not in goes else -1
+        return 1 if action == look_inside and action not in earlier_actions else -1
+    if done >= len(plan):
+        return -1
+    if action == plan[done]:
+        return 1
+    place = _place_of(plan[done])
+    returns = not plan[done].startswith("go to ") and place is not None and place != at
+    return 1 if returns and action == f"go to {place}" else -1
+
+
+STEP_LABELS = ("walkthrough", "search")
+
+
+def step_label(kind: str, plan: Sequence[str], earlier_actions: Sequence[str], action: str,
+               admissible: Sequence[str] = ()) -> int:
+    """The expert's label of a step: "walkthrough" (`progress_label`: an expert who knows where
+    everything is) or "search" (`search_label`: one who knows only what the agent has seen)."""
+    if kind == "search":
+        return search_label(plan, earlier_actions, action, admissible)
+    return progress_label(plan, earlier_actions, action)
 
 
 def end_of_turn_id(tokenizer) -> int:
@@ -120,11 +183,10 @@ def policy_sft_examples(episode: Episode, pack: bool = True) -> list[Example]:
 
 def reward_sft_examples(tokenizer, scenario, task: Task, expert_steps: Sequence[ExpertStep],
                         rng: np.random.Generator, negatives_per_step: int = 1, env=None,
-                        plan: Sequence[str] | None = None) -> list[Example]:
+                        plan: Sequence[str] | None = None, labels: str = "walkthrough") -> list[Example]:
     """Judge examples: each expert step and `negatives_per_step` other actions from its state. Without
     `plan` the expert's steps are labelled +1 and the others -1; with the walkthrough `plan`, every
-    action gets its `progress_label` (a searching expert's wrong visits are -1, a skipped-to
-    walkthrough step +1)."""
+    action gets the `step_label` of kind `labels`."""
     env = env or make_env(task.kind)
     examples = []
     for t, step in enumerate(expert_steps):
@@ -132,13 +194,14 @@ def reward_sft_examples(tokenizer, scenario, task: Task, expert_steps: Sequence[
         others = [a for a in step.observation.admissible_actions if a != step.action]
         chosen = list(rng.choice(others, size=min(negatives_per_step, len(others)), replace=False)) if others else []
         for action in [step.action] + [str(a) for a in chosen]:
-            label = (1 if action == step.action else -1) if plan is None else progress_label(plan, earlier, action)
+            label = ((1 if action == step.action else -1) if plan is None else
+                     step_label(labels, plan, earlier, action, step.observation.admissible_actions))
             if action == step.action:
                 next_observation = step.next_observation
             else:  # replay the expert prefix, then take the other action
                 env.reset(task)
-                for earlier in expert_steps[:t]:
-                    env.step(earlier.action)
+                for prior in expert_steps[:t]:
+                    env.step(prior.action)
                 next_observation = env.step(action).observation
             judged = list(expert_steps[:t]) + [ExpertStep(step.observation, action, next_observation)]
             prompt = tokenizer.encode_chat(scenario.judge_messages(task, expert_episode(task, judged, scenario), t))

@@ -103,6 +103,11 @@ def test_searching_expert_visits_other_receptacles_then_wins(expert_game, qwen25
                                            np.random.default_rng(0), negatives_per_step=0, env=env, plan=plan)
         assert [qwen25_tokenizer.decode(e.response_ids) for e in examples] == \
             ["\\boxed{-1}<|im_end|>"] * start + ["\\boxed{1}<|im_end|>"] * len(plan)
+        # An expert who does not know where the object is calls every step of this search good.
+        examples = sft.reward_sft_examples(qwen25_tokenizer, CompactTextGameScenario(), task, steps,
+                                           np.random.default_rng(0), negatives_per_step=0, env=env, plan=plan,
+                                           labels="search")
+        assert [qwen25_tokenizer.decode(e.response_ids) for e in examples] == ["\\boxed{1}<|im_end|>"] * len(steps)
     assert len(detours) >= 3   # the number of wrong visits varies with the seed, including none
 
 
@@ -154,3 +159,32 @@ def test_choice_prompt_numbers_the_state_changing_commands_and_parses_hostile_an
     assert parsed("-1")[1] == "ok" and parsed("-1")[0] == "go to bed 1"   # the first number is "1"
     assert parsed("\x00" * 10_000 + "rm -rf /")[0] in obs.admissible_actions
     assert scenario.parse_action("1", Observation("x", ())).status == "no_actions"
+
+
+def test_search_labels_reward_visiting_unseen_receptacles_until_the_object_is_found():
+    plan = ["go to drawer 1", "open drawer 1", "take key 1 from drawer 1", "go to bed 1", "move key 1 to bed 1"]
+    label = sft.search_label
+    # Searching: a receptacle not yet visited is good (the goal one too: the agent cannot know), a
+    # second visit is not; at a closed receptacle, opening it is the only good step.
+    assert label(plan, [], "go to desk 1") == 1
+    assert label(plan, [], "go to bed 1") == 1
+    assert label(plan, ["go to desk 1"], "go to desk 1") == -1
+    assert label(plan, ["go to desk 1"], "open desk 1", ("open desk 1", "go to bed 1")) == 1
+    assert label(plan, ["go to desk 1"], "go to bed 1", ("open desk 1", "go to bed 1")) == -1
+    assert label(plan, ["go to desk 1", "open desk 1"], "go to drawer 1", ("close desk 1",)) == 1
+    assert label(plan, ["go to desk 1", "open desk 1"], "open desk 1") == -1
+    assert label(plan, ["go to desk 1"], "look") == -1
+    # Found (at the drawer, opened): the walkthrough from here, and going back to where its next step is.
+    found = ["go to desk 1", "go to drawer 1", "open drawer 1"]
+    assert label(plan, found, "take key 1 from drawer 1") == 1
+    assert label(plan, found, "go to sofa 1") == -1
+    assert label(plan, found + ["go to sofa 1"], "go to drawer 1") == 1
+    assert label(plan, found + ["take key 1 from drawer 1"], "go to bed 1") == 1
+    assert label(plan, found + ["take key 1 from drawer 1", "go to bed 1"], "go to bed 1") == -1
+    assert label(plan, found + ["take key 1 from drawer 1", "go to bed 1"], "move key 1 to bed 1") == 1
+    assert label(plan, plan, "look") == -1
+    # A walkthrough that does not start by going somewhere has no search phase: progress labels.
+    assert label(["take key 1 from drawer 1"], [], "go to desk 1") == -1
+    # step_label picks the expert.
+    assert sft.step_label("walkthrough", plan, [], "go to desk 1") == -1
+    assert sft.step_label("search", plan, [], "go to desk 1") == 1
