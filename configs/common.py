@@ -79,6 +79,7 @@ def base_config(scenario: str) -> ml_collections.ConfigDict:
         "top_p": 0.95,
         "max_new_tokens": 4000,
         "invalid_judgment_reward": -2.0,
+        "action_fallback_penalty": 0.0,  # off in the reference; subtracted from a policy step whose action a parser fallback chose
         "band_low": 0.2,            # RM trains only on tasks whose accuracy is in [band_low, band_high]
         "band_high": 0.8,
     })

@@ -56,6 +56,7 @@ class GroupArrays:
     judgments: np.ndarray      # float32 [G, T, m]
     valid: np.ndarray          # bool [G, T, m]
     step_mask: np.ndarray      # bool [G, T]: the rollout reached step t
+    fallback: np.ndarray       # bool [G, T]: step t's action was not read as written (parse status not "ok")
 
 
 def group_arrays(episodes: Sequence[Episode], num_judgments: int) -> GroupArrays:
@@ -66,14 +67,16 @@ def group_arrays(episodes: Sequence[Episode], num_judgments: int) -> GroupArrays
     judgments = np.zeros(shape + (num_judgments,), np.float32)
     valid = np.zeros(shape + (num_judgments,), bool)
     mask = np.zeros(shape, bool)
+    fallback = np.zeros(shape, bool)
     for g, episode in enumerate(episodes):
         n = len(episode.steps)
         mask[g, :n] = True
+        fallback[g, :n] = [step.parse_status != "ok" for step in episode.steps]
         if episode.judgments is not None:
             judgments[g, :n] = episode.judgments
             valid[g, :n] = episode.judgment_valid
     outcome = np.asarray([e.outcome for e in episodes], np.float32)
-    return GroupArrays(outcome=outcome, judgments=judgments, valid=valid, step_mask=mask)
+    return GroupArrays(outcome=outcome, judgments=judgments, valid=valid, step_mask=mask, fallback=fallback)
 
 
 def group_by_task(episodes: Sequence[Episode]) -> dict[str, list[Episode]]:

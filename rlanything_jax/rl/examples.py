@@ -1,7 +1,7 @@
 """Judged rollouts -> training examples for the policy and the reward model (ALGORITHM.md 2.2, 3.3).
 
-Policy: per task, R[g, t] = w_O * O_g + lambda * mean_j S[g, t, j], z-scored per step
-index over the task's rollouts; every step is one (prompt, response, advantage)
+Policy: per task, R[g, t] = w_O * O_g + lambda * mean_j S[g, t, j] (minus `fallback_penalty`
+where a parser fallback chose the action), z-scored per step index over the task's rollouts; every step is one (prompt, response, advantage)
 example, or with `pack_turns` every episode is one example holding all its steps
 (`rl/data.pack_turns`: the same loss at O(T) instead of O(T^2) tokens). Reward
 model: per judged step, R * S_j (the penalty when S_j did not parse), z-scored
@@ -35,6 +35,9 @@ class SignalConfig:
     rm_acc_low: float = 0.2           # reward-model data: tasks with accuracy in [low, high]
     rm_acc_high: float = 0.8
     invalid_penalty: float = -2.0
+    # Subtracted from the policy's step reward where the action was not read as written (a parser
+    # fallback chose it), as agent RL setups often do; 0 = the reference (the RM's reward is unchanged).
+    fallback_penalty: float = 0.0
 
 
 def step_rewards(episodes: Sequence[Episode], cfg: SignalConfig) -> tuple[np.ndarray, np.ndarray, object]:
@@ -60,7 +63,8 @@ def policy_examples(groups: Mapping[str, Sequence[Episode]], cfg: SignalConfig,
             metrics["policy_data/tasks_out_of_band"] += 1
             continue
         trainable = [e for e in episodes if e.trainable]
-        rewards, mask, _ = step_rewards(trainable, cfg)
+        rewards, mask, arrays = step_rewards(trainable, cfg)
+        rewards = rewards - cfg.fallback_penalty * arrays.fallback
         advantages = np.asarray(stepwise_group_advantages(rewards, mask, cfg.singleton))
         metrics["policy_data/tasks"] += 1
         for g, episode in enumerate(trainable):

@@ -65,3 +65,21 @@ def test_reward_model_consistency_advantages(groups):
     assert nonzero == pytest.approx([-np.sqrt(2), 1 / np.sqrt(2), 1 / np.sqrt(2)])
     assert len(examples) == 9  # 3 judged steps x m = 3 (zero advantages are dropped later, in prepare_examples)
     assert all(e.old_logprobs == [-0.1] for e in examples)
+
+
+def test_action_fallback_penalty_lowers_the_policy_reward_of_that_step_only():
+    a, b, c = _episode(0, True, [[1, 1, 1]]), _episode(1, True, [[1, 1, -1]]), _episode(2, False, [[-1, -1, -1]])
+    b.steps[0].parse_status = "closest"   # a parser fallback chose b's action
+    groups = {"t": [a, b, c]}
+
+    def zscore(r):
+        r = np.asarray(r)
+        return list((r - r.mean()) / r.std())
+
+    plain = {e.prompt_ids[0]: e.advantage for e in policy_examples(groups, SignalConfig())}
+    assert [plain[g] for g in range(3)] == pytest.approx(zscore([2, 1 + 1 / 3, -2]), rel=1e-5)
+    penalised = {e.prompt_ids[0]: e.advantage for e in policy_examples(groups, SignalConfig(fallback_penalty=0.5))}
+    assert [penalised[g] for g in range(3)] == pytest.approx(zscore([2, 1 + 1 / 3 - 0.5, -2]), rel=1e-5)
+    # The reward model's consistency reward keeps the reference's R (no penalty): b's step, R = 4/3.
+    rm = [e.advantage for e in reward_model_examples(groups, SignalConfig(fallback_penalty=0.5)) if e.advantage]
+    assert rm == pytest.approx([1 / np.sqrt(2), 1 / np.sqrt(2), -np.sqrt(2)], rel=1e-5)
