@@ -46,6 +46,8 @@ def test_overrides_reach_nested_keys():
     ("model.policy.dtype=float16", "config.model.policy.dtype"),
     ("mesh.shape.fsdp=0", "config.mesh.shape.fsdp"),
     ("rollout.top_p=0.0", "config.rollout.top_p"),
+    ("warm_start.step_labels=oracle", "config.warm_start.step_labels"),
+    ("reward.action_fallback_penalty=-1.0", "config.reward.action_fallback_penalty"),
 ])
 def test_invalid_values_name_their_key(override, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
