@@ -45,7 +45,7 @@ def scratch_run(cfg) -> None:
     cfg.eval.update(group_size=2, temperature=1.0, max_turns=10)
     cfg.curriculum.generator = "procedural"
     cfg.warm_start.update(enabled=True, num_tasks=96, policy_epochs=12, reward_epochs=1, learning_rate=1e-3,
-                          batch_size=8, demonstrations="search")
+                          batch_size=8, demonstrations="search", step_labels="search")
     for role in ("policy", "reward"):
         cfg.train[role].update(learning_rate=1e-4, updates_per_step=2, micro_batch_size=8, kl_beta=0.0,
                                max_prompt_tokens=512, max_response_tokens=512, aggregation="token_mean")
