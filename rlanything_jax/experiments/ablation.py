@@ -21,7 +21,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from absl import app, flags
+from absl import app, flags, logging
 from ml_collections import config_flags
 
 from rlanything_jax.config import ABLATIONS, DEFAULT_CONFIG, ConfigError, validate
@@ -94,6 +94,8 @@ def start_from_warm_start(warm_dir: Path, row_dir: Path) -> None:
 
 def main(argv: list[str]) -> int:
     del argv
+    if not flags.FLAGS["verbosity"].present:
+        logging.set_verbosity(logging.WARNING)  # as `main`: JAX's backend probing stays out of the output
     from rlanything_jax.run import run_rl
 
     base = _CONFIG.value
