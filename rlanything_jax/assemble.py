@@ -81,7 +81,7 @@ def _cached_plan(task_id: str, task: Task) -> tuple[str, ...]:
     return tuple(expert_plan(task))
 
 
-def walkthrough_step_label(episode: Episode, step_index: int, kind: str = "walkthrough") -> int | None:
+def expert_step_label(episode: Episode, step_index: int, kind: str = "walkthrough") -> int | None:
     """Expert label of an episode's step (`sft.step_label`); None for tasks without an expert."""
     if episode.task.kind not in ("alfworld", "textworld"):
         return None

@@ -115,7 +115,8 @@ def run_rl(cfg, log: Callable[[str], None] = print) -> dict:
     services = Services(policy_sampler=samplers["policy"], reward_sampler=samplers["reward"],
                         policy_learner=learners["policy"], reward_learner=learners["reward"], runner=runner,
                         scenario=scenario, generator=assemble.task_generator(cfg, workdir, environment_sampler),
-                        step_labeler=functools.partial(assemble.walkthrough_step_label, kind=cfg.warm_start.step_labels), seed=cfg.seed, log=log)
+                        step_labeler=functools.partial(assemble.expert_step_label, kind=cfg.warm_start.step_labels),
+                        seed=cfg.seed, log=log)
     state = SystemState(step=0,
                         policy=init_train_state(samplers["policy"].params, learners["policy"].tx),
                         reward=init_train_state(samplers["reward"].params, learners["reward"].tx),

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from rlanything_jax.agents.trajectory import Episode, StepRecord
-from rlanything_jax.assemble import loop_settings, walkthrough_step_label
+from rlanything_jax.assemble import expert_step_label, loop_settings
 from rlanything_jax.config import load_config
 from rlanything_jax.envs.base import Observation, Task
 
@@ -27,7 +27,7 @@ def test_ablation_rows(row, judge, train_rm, adapt, outcome_w, step_w):
     assert settings.rollout.group_size == cfg.rollout.group_size and settings.judge.num_judgments == 3
 
 
-def test_walkthrough_labels(tmp_path):
+def test_expert_step_labels(tmp_path):
     from rlanything_jax.envs import alfworld
     from rlanything_jax.envs.alfworld_knobs import GameKnobs
 
@@ -36,6 +36,13 @@ def test_walkthrough_labels(tmp_path):
     actions = [plan[0], "look", plan[0], plan[1]]   # progress, no progress, a repeat, progress
     steps = [StepRecord(Observation("o"), [], [], [], "", "stop", action, "ok") for action in actions]
     episode = Episode(task=task, group_index=0, steps=steps)
-    assert [walkthrough_step_label(episode, t) for t in range(4)] == [1, -1, -1, 1]
+    assert [expert_step_label(episode, t) for t in range(4)] == [1, -1, -1, 1]
+    # The goal receptacle first: a wrong guess for the walkthrough's expert, a fair look for the searcher.
+    goal = next(a for a in plan[1:] if a.startswith("go to "))
+    steps = [StepRecord(Observation("o"), [], [], [], "", "stop", action, "ok") for action in
+             [goal, "look", goal, plan[0]]]
+    episode = Episode(task=task, group_index=0, steps=steps)
+    assert [expert_step_label(episode, t) for t in range(4)] == [-1, -1, -1, 1]
+    assert [expert_step_label(episode, t, kind="search") for t in range(4)] == [1, -1, -1, 1]
     coding = Episode(task=Task("c", "coding", "q"), group_index=0, steps=steps[:1])
-    assert walkthrough_step_label(coding, 0) is None
+    assert expert_step_label(coding, 0) is None

@@ -118,7 +118,7 @@ def _services(cfg, workdir: Path, runner) -> tuple[Services, SystemState, list]:
                         policy_learner=learners["policy"], reward_learner=learners["reward"], runner=runner,
                         scenario=_HashedJudge(assemble.build_scenario(cfg)),
                         generator=assemble.task_generator(cfg, workdir, None),
-                        step_labeler=assemble.walkthrough_step_label, seed=cfg.seed, log=print)
+                        step_labeler=assemble.expert_step_label, seed=cfg.seed, log=print)
     state = SystemState(step=0, policy=init_train_state(samplers["policy"].params, learners["policy"].tx),
                         reward=init_train_state(samplers["reward"].params, learners["reward"].tx),
                         pool=TaskPool.from_tasks(tasks.train))
