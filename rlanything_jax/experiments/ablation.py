@@ -10,7 +10,8 @@ where it stopped. The rows of one seed start from the same warm start: it runs o
 `<workdir>/ablation/warm_start/seed<k>` (a run of 0 RL steps), and each row's run starts
 from a copy of it, so the rows differ only in their RL steps (and an ablation of 5 rows
 costs one warm start per seed, not five). Writes `ablation.md` (mean and spread per row)
-and `ablation.png`.
+and `ablation.png`, also after every run; `--report_only` writes them from the runs that
+have finished, without running anything.
 """
 
 from __future__ import annotations
@@ -29,9 +30,12 @@ from rlanything_jax.config import ABLATIONS, DEFAULT_CONFIG, ConfigError, valida
 _CONFIG = config_flags.DEFINE_config_file("config", default=DEFAULT_CONFIG, help_string="the run to ablate")
 _SEEDS = flags.DEFINE_integer("seeds", 3, "seeds per row")
 _ROWS = flags.DEFINE_list("rows", list(ABLATIONS), "ablation rows to run")
+_REPORT_ONLY = flags.DEFINE_bool("report_only", False,
+                                 "write the table and plot from the runs that have finished; run nothing")
 
 COLUMNS = (("held_out_success_start", "held-out success (start)"), ("held_out_success_end", "held-out success (end)"),
-           ("reward_model/step_accuracy_last", "RM step acc"), ("reward_model/outcome_accuracy_last", "RM outcome acc"),
+           ("reward_model/step_accuracy_first", "RM step acc (step 1)"),
+           ("reward_model/step_accuracy_last", "RM step acc (end)"), ("reward_model/outcome_accuracy_last", "RM outcome acc"),
            ("accepted_tasks", "accepted tasks"))
 
 
@@ -115,6 +119,11 @@ def main(argv: list[str]) -> int:
             except ConfigError as error:
                 print(f"error: {error}", file=sys.stderr)
                 return 2
+            if _REPORT_ONLY.value:
+                finished = _finished_summary(Path(cfg.workdir), cfg.loop.total_steps)
+                if finished is not None:
+                    summaries.setdefault(row, []).append(finished)
+                continue
             if cfg.warm_start.enabled:
                 warm = cfg.copy_and_resolve_references()
                 warm.ablation, warm.loop.total_steps = "rlanything", 0  # the warm start does not read the row
@@ -125,12 +134,31 @@ def main(argv: list[str]) -> int:
                 start_from_warm_start(Path(warm.workdir), Path(cfg.workdir))
             print(f"[ablation] {row}, seed {cfg.seed}: {cfg.workdir}", flush=True)
             summaries.setdefault(row, []).append(run_rl(cfg, log=lambda m: print(f"[{row}] {m}", flush=True)))
+            _report(root, summaries, final=False)  # the table so far: an ablation cut short still has one
+    if not summaries:
+        print(f"error: no finished runs under {root}", file=sys.stderr)
+        return 1
+    _report(root, summaries, final=True)
+    return 0
+
+
+def _finished_summary(workdir: Path, total_steps: int) -> dict | None:
+    """A run's summary.json when it has run all its steps (a run writes it when it finishes)."""
+    path = workdir / "summary.json"
+    if not path.exists():
+        return None
+    summary = json.loads(path.read_text())
+    return summary if summary.get("steps") == total_steps else None
+
+
+def _report(root: Path, summaries: dict[str, list[dict]], final: bool) -> None:
+    root.mkdir(parents=True, exist_ok=True)
     table = ablation_table(summaries)
     (root / "ablation.md").write_text(table)
     (root / "ablation.json").write_text(json.dumps(summaries, indent=2) + "\n")
     plot_ablation(summaries, root / "ablation.png")
-    print(table)
-    return 0
+    if final:
+        print(table)
 
 
 if __name__ == "__main__":

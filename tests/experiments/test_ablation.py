@@ -11,8 +11,8 @@ def test_table_and_plot(tmp_path):
                         "reward_model/step_accuracy_last": 0.6}],
     }
     table = ablation_table(summaries)
-    assert "| outcome_only | 0.250 ± 0.000 | 0.400 ± 0.100 | - | - | 0.000 ± 0.000 |" in table
-    assert "| rlanything | 0.250 ± 0.000 | 0.750 ± 0.000 | 0.600 ± 0.000 | - | 4.000 ± 0.000 |" in table
+    assert "| outcome_only | 0.250 ± 0.000 | 0.400 ± 0.100 | - | - | - | 0.000 ± 0.000 |" in table
+    assert "| rlanything | 0.250 ± 0.000 | 0.750 ± 0.000 | - | 0.600 ± 0.000 | - | 4.000 ± 0.000 |" in table
     plot_ablation(summaries, tmp_path / "a.png")
     assert (tmp_path / "a.png").read_bytes()[:4] == b"\x89PNG"
 
@@ -35,3 +35,18 @@ def test_rows_start_from_a_copy_of_their_seeds_warm_start(tmp_path):
     (row / "metrics.jsonl").write_text("step 3\n")
     start_from_warm_start(warm, row)
     assert (row / "metrics.jsonl").read_text() == "step 3\n"
+
+
+def test_report_reads_only_finished_runs(tmp_path):
+    import json
+
+    from rlanything_jax.experiments.ablation import _finished_summary
+
+    (tmp_path / "done").mkdir()
+    (tmp_path / "done" / "summary.json").write_text(json.dumps({"steps": 10, "held_out_success_end": 0.5}))
+    (tmp_path / "shorter").mkdir()   # finished an earlier, shorter run: not this ablation's
+    (tmp_path / "shorter" / "summary.json").write_text(json.dumps({"steps": 4}))
+    (tmp_path / "running").mkdir()   # no summary yet
+    assert _finished_summary(tmp_path / "done", 10) == {"steps": 10, "held_out_success_end": 0.5}
+    assert _finished_summary(tmp_path / "shorter", 10) is None
+    assert _finished_summary(tmp_path / "running", 10) is None
