@@ -130,9 +130,6 @@ def search_label(plan: Sequence[str], earlier_actions: Sequence[str], action: st
     return 1 if returns and action == f"go to {place}" else -1
 
 
-STEP_LABELS = ("walkthrough", "search")
-
-
 def step_label(kind: str, plan: Sequence[str], earlier_actions: Sequence[str], action: str,
                admissible: Sequence[str] = ()) -> int:
     """The expert's label of a step: "walkthrough" (`progress_label`: an expert who knows where
