@@ -42,7 +42,7 @@ def scratch_run(cfg) -> None:
     cfg.rollout.update(tasks_per_step=8, group_size=4, max_turns=10, max_new_tokens=12, max_prompt_tokens=512,
                        temperature=1.0, top_p=1.0)
     cfg.reward.update(max_new_tokens=6, temperature=1.0, top_p=1.0)
-    cfg.eval.update(group_size=2, temperature=1.0, max_turns=10)
+    cfg.eval.update(group_size=2, temperature=1.0, max_turns=10, judge_probe_tasks=16)
     cfg.curriculum.generator = "procedural"
     cfg.warm_start.update(enabled=True, num_tasks=96, policy_epochs=12, reward_epochs=1, learning_rate=1e-3,
                           batch_size=8, demonstrations="search", step_labels="search")

@@ -117,7 +117,12 @@ def base_config(scenario: str) -> ml_collections.ConfigDict:
         # the compact styles are for the small models a run builds from scratch.
         "prompt_style": "reference",
     })
-    cfg.eval = ml_collections.ConfigDict({"group_size": 2, "temperature": 0.8, "max_turns": 40})
+    cfg.eval = ml_collections.ConfigDict({
+        "group_size": 2, "temperature": 0.8, "max_turns": 40,
+        # Held-out games whose expert-labelled steps (warm_start.step_labels) the reward model judges after
+        # the warm start and every step (reward_model/probe_step_accuracy; text games; 0 = off).
+        "judge_probe_tasks": 0,
+    })
     cfg.warm_start = ml_collections.ConfigDict({
         "enabled": False,            # SFT of policy and reward model on expert data before RL
         "num_tasks": 32,

@@ -123,6 +123,7 @@ _SCALAR_CHECKS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("eval.group_size", _positive_int, "must be a positive integer"),
     ("eval.temperature", lambda v: _number(v) and v >= 0, "must be >= 0 (0 = greedy)"),
     ("eval.max_turns", _positive_int, "must be a positive integer"),
+    ("eval.judge_probe_tasks", _non_negative_int, "must be a non-negative integer (0 = no probe)"),
     ("warm_start.enabled", lambda v: isinstance(v, bool), "must be true or false"),
     ("warm_start.num_tasks", _positive_int, "must be a positive integer"),
     ("warm_start.policy_epochs", _non_negative_int, "must be a non-negative integer"),

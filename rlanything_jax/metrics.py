@@ -106,6 +106,6 @@ def format_step_line(step: int, total: int, metrics: Mapping[str, Any]) -> str:
         return format(value, fmt) if value is not None else "-"
 
     return (f"{progress_bar(step, total)} step {step}/{total}  success {get('rollout/success_rate', '.2f')}  "
-            f"rm step acc {get('reward_model/step_accuracy', '.2f')}  "
+            f"rm step acc {get('reward_model/step_accuracy', '.2f')} (probe {get('reward_model/probe_step_accuracy', '.2f')})  "
             f"accepted {get('curriculum/accepted_total', '.0f')}  "
             f"held-out {get('eval/success_rate', '.2f')}  {get('time/step_s', '.1f')} s/step")

@@ -8,6 +8,7 @@ from the newest readable checkpoint; metrics lines written after it are dropped.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
@@ -20,13 +21,14 @@ import numpy as np
 from rlanything_jax import assemble, sft
 from rlanything_jax.checkpoint import SystemCheckpointer, abstract_like
 from rlanything_jax.curriculum.task_pool import TaskPool, pool_from_json, pool_to_json
+from rlanything_jax.judge_probe import build_judge_probe, probe_accuracy
 from rlanything_jax.loop import Services, SystemState, evaluate, rl_step
 from rlanything_jax.metrics import MetricsWriter, format_step_line, plot_curves, read_metrics
 from rlanything_jax.rl.train_state import init_train_state
 from rlanything_jax.sampling.sampler import Sampler
 
 CURVES = ("rollout/success_rate", "eval/success_rate", "reward_model/step_accuracy",
-          "reward_model/outcome_accuracy", "curriculum/accepted_total", "time/step_s")
+          "reward_model/probe_step_accuracy", "reward_model/outcome_accuracy", "curriculum/accepted_total", "time/step_s")
 
 
 def _warm_start(cfg, services: Services, state: SystemState, tasks, env, log) -> SystemState:
@@ -64,11 +66,23 @@ def _warm_start(cfg, services: Services, state: SystemState, tasks, env, log) ->
     return SystemState(step=0, policy=policy, reward=reward, pool=state.pool)
 
 
+def _judge_probe(cfg, settings, services: Services, eval_tasks, env) -> Callable[[], dict[str, float]]:
+    """The reward model's accuracy on a fixed probe of expert-labelled held-out steps (`judge_probe`), as a
+    function of the reward sampler's current weights; a no-op without a probe."""
+    count = min(cfg.eval.judge_probe_tasks, len(eval_tasks))
+    if not (count and settings.judge_steps and cfg.env.kind in ("alfworld", "textworld")):
+        return dict
+    tasks = list(eval_tasks[:count])
+    probe = build_judge_probe(tasks, [assemble.expert_plan(t) for t in tasks], services.scenario,
+                              services.reward_sampler.tokenizer, cfg.warm_start.step_labels, cfg.seed,
+                              max_prompt_tokens=settings.judge.max_prompt_tokens, env=env)
+    config = dataclasses.replace(settings.judge, seed=cfg.seed)  # the same samples' randomness every time
+    return functools.partial(probe_accuracy, services.reward_sampler, services.scenario, probe, config)
+
+
 def _supervised(learner, learning_rate: float, batch_size: int, num_examples: int):
     """The learner with SFT settings: its own constant learning rate (not the RL schedule), updates of
     `batch_size` examples."""
-    import dataclasses
-
     config = {**learner.train_config, "learning_rate": learning_rate, "schedule": "constant", "ppo_epochs": 1,
               "micro_batch_size": batch_size, "updates_per_step": max(1, math.ceil(num_examples / batch_size))}
     return dataclasses.replace(learner, train_config=config, compiled={})
@@ -117,6 +131,7 @@ def run_rl(cfg, log: Callable[[str], None] = print) -> dict:
                         scenario=scenario, generator=assemble.task_generator(cfg, workdir, environment_sampler),
                         step_labeler=functools.partial(assemble.expert_step_label, kind=cfg.warm_start.step_labels),
                         seed=cfg.seed, log=log)
+    judge_rm = _judge_probe(cfg, settings, services, eval_tasks, expert_env)
     state = SystemState(step=0,
                         policy=init_train_state(samplers["policy"].params, learners["policy"].tx),
                         reward=init_train_state(samplers["reward"].params, learners["reward"].tx),
@@ -140,11 +155,15 @@ def run_rl(cfg, log: Callable[[str], None] = print) -> dict:
             if cfg.warm_start.enabled:
                 state = _warm_start(cfg, services, state, tasks.warm_start, expert_env, log)
             line = evaluate(samplers["policy"], runner, scenario, eval_tasks, eval_rollout, eval_chunk) if eval_tasks else {}
+            line.update(judge_rm())
             writer.write(0, line)
-            log(f"step 0 (warm start): held-out success {line.get('eval/success_rate', float('nan')):.3f}")
+            probe = f", RM probe step accuracy {line['reward_model/probe_step_accuracy']:.3f}" if line.get(
+                "reward_model/probe_step_accuracy") is not None else ""
+            log(f"step 0 (warm start): held-out success {line.get('eval/success_rate', float('nan')):.3f}{probe}")
             _save(checkpointer, state, {})
         while state.step < cfg.loop.total_steps:
             state, metrics = rl_step(state, services, settings)
+            metrics.update(judge_rm())
             if eval_tasks and (state.step % cfg.loop.eval_every == 0 or state.step == cfg.loop.total_steps):
                 metrics.update(evaluate(samplers["policy"], runner, scenario, eval_tasks, eval_rollout, eval_chunk))
             writer.write(state.step, metrics)
@@ -167,7 +186,7 @@ def _finish(cfg, workdir: Path, seconds: float) -> dict:
                "held_out_success_end": evals[-1][1] if evals else None,
                "accepted_tasks": max((line.get("curriculum/accepted_total", 0) for line in lines), default=0),
                "seconds_this_session": round(seconds, 1)}
-    for key in ("reward_model/step_accuracy", "reward_model/outcome_accuracy"):
+    for key in ("reward_model/step_accuracy", "reward_model/probe_step_accuracy", "reward_model/outcome_accuracy"):
         values = [line[key] for line in lines if isinstance(line.get(key), float)]
         summary[key + "_first"], summary[key + "_last"] = (values[0], values[-1]) if values else (None, None)
     (workdir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")

@@ -178,14 +178,21 @@ def policy_sft_examples(episode: Episode, pack: bool = True) -> list[Example]:
     return episode_examples(episode, [1.0] * len(episode.steps), pack_turns=pack)
 
 
-def reward_sft_examples(tokenizer, scenario, task: Task, expert_steps: Sequence[ExpertStep],
-                        rng: np.random.Generator, negatives_per_step: int = 1, env=None,
-                        plan: Sequence[str] | None = None, labels: str = "walkthrough") -> list[Example]:
-    """Judge examples: each expert step and `negatives_per_step` other actions from its state. Without
-    `plan` the expert's steps are labelled +1 and the others -1; with the walkthrough `plan`, every
-    action gets the `step_label` of kind `labels`."""
+@dataclasses.dataclass(frozen=True)
+class LabelledStep:
+    """A step for the reward model to judge: the expert's steps so far, then the judged one, and its label."""
+    steps: tuple[ExpertStep, ...]
+    label: int
+
+
+def labelled_steps(task: Task, expert_steps: Sequence[ExpertStep], rng: np.random.Generator,
+                   negatives_per_step: int = 1, env=None, plan: Sequence[str] | None = None,
+                   labels: str = "walkthrough") -> list[LabelledStep]:
+    """Each expert step and `negatives_per_step` other actions from its state (played in the real engine
+    after replaying the expert's prefix). Without `plan` the expert's steps are labelled +1 and the
+    others -1; with the walkthrough `plan`, every action gets the `step_label` of kind `labels`."""
     env = env or make_env(task.kind)
-    examples = []
+    out = []
     for t, step in enumerate(expert_steps):
         earlier = [s.action for s in expert_steps[:t]]
         others = [a for a in step.observation.admissible_actions if a != step.action]
@@ -195,15 +202,31 @@ def reward_sft_examples(tokenizer, scenario, task: Task, expert_steps: Sequence[
                      step_label(labels, plan, earlier, action, step.observation.admissible_actions))
             if action == step.action:
                 next_observation = step.next_observation
-            else:  # replay the expert prefix, then take the other action
+            else:
                 env.reset(task)
                 for prior in expert_steps[:t]:
                     env.step(prior.action)
                 next_observation = env.step(action).observation
-            judged = list(expert_steps[:t]) + [ExpertStep(step.observation, action, next_observation)]
-            prompt = tokenizer.encode_chat(scenario.judge_messages(task, expert_episode(task, judged, scenario), t))
-            response = tokenizer.encode(scenario.judgment_text(label)) + [end_of_turn_id(tokenizer)]
-            examples.append(Example(prompt, response, 1.0, [float("nan")] * len(response)))
+            out.append(LabelledStep(tuple(expert_steps[:t]) + (ExpertStep(step.observation, action, next_observation),),
+                                    label))
+    return out
+
+
+def judge_prompt(tokenizer, scenario, task: Task, labelled: LabelledStep) -> list[int]:
+    """The reward model's prompt for the last step of `labelled`."""
+    episode = expert_episode(task, labelled.steps, scenario)
+    return tokenizer.encode_chat(scenario.judge_messages(task, episode, len(labelled.steps) - 1))
+
+
+def reward_sft_examples(tokenizer, scenario, task: Task, expert_steps: Sequence[ExpertStep],
+                        rng: np.random.Generator, negatives_per_step: int = 1, env=None,
+                        plan: Sequence[str] | None = None, labels: str = "walkthrough") -> list[Example]:
+    """Judge examples (prompt, the judgment of its label) for the `labelled_steps` of an expert game."""
+    examples = []
+    for labelled in labelled_steps(task, expert_steps, rng, negatives_per_step, env, plan, labels):
+        response = tokenizer.encode(scenario.judgment_text(labelled.label)) + [end_of_turn_id(tokenizer)]
+        examples.append(Example(judge_prompt(tokenizer, scenario, task, labelled), response, 1.0,
+                                [float("nan")] * len(response)))
     return examples
 
 

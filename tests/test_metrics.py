@@ -28,6 +28,6 @@ def test_plot_and_step_line(tmp_path):
     out = plot_curves(lines, ["a", "b", "missing"], tmp_path / "curves.png", title="t")
     assert out.read_bytes()[:4] == b"\x89PNG"
     text = format_step_line(3, 10, {"rollout/success_rate": 0.5, "time/step_s": 12.34})
-    assert "step 3/10" in text and "success 0.50" in text and "12.3 s/step" in text and "rm step acc -" in text
+    assert "step 3/10" in text and "success 0.50" in text and "12.3 s/step" in text and "rm step acc - (probe -)" in text
     assert text.startswith("[######..............] step 3/10")
     json.dumps(lines)

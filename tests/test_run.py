@@ -55,3 +55,5 @@ def test_run_is_killed_and_resumes_with_nothing_lost_or_repeated(tmp_path):
     assert list((workdir / "tensorboard").iterdir())
     for line in _lines(workdir)[1:]:
         assert "rollout/success_rate" in line and "time/step_s" in line
+    for line in _lines(workdir):   # the fixed probe of the reward model, after the warm start and every step
+        assert 0.0 <= line["reward_model/probe_step_accuracy"] <= 1.0

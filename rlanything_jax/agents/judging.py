@@ -50,10 +50,36 @@ class JudgeConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class _Request:
-    episode: int
-    step: int
-    tokens: tuple[int, ...]
+class Judgment:
+    parsed: ParsedJudgment
+    text: str
+    token_ids: list[int]
+    logprobs: list[float]
+
+
+def judge_prompts(reward_model: Sampler, scenario: JudgeScenario, prompts: Sequence[Sequence[int]],
+                  config: JudgeConfig, metrics: Counter | None = None) -> list[list[Judgment]]:
+    """m judgments of each prompt (in the given order), longest prompts batched together; each prompt is
+    prefilled once and sampled m times."""
+    metrics = metrics if metrics is not None else Counter()
+    m = config.num_judgments
+    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]), reverse=True)
+    strategy = make_strategy(config.temperature, config.top_k, config.top_p)
+    prompts_per_call = max(1, config.batch_size // m)
+    out: list[list[Judgment]] = [[] for _ in prompts]
+    started = time.perf_counter()
+    for chunk_index, start in enumerate(range(0, len(order), prompts_per_call)):
+        chunk = order[start:start + prompts_per_call]
+        completions = reward_model.generate([list(prompts[i]) for i in chunk], config.max_new_tokens, strategy,
+                                            seed=config.seed * 1_000_003 + chunk_index, num_samples=m)
+        for index, completion in enumerate(completions):  # prompt-major: m samples of chunk[0], then chunk[1]...
+            parsed = scenario.parse_judgment(completion.text or "")
+            metrics[f"parse/{scenario.name}_judgment/{parsed.status}"] += 1
+            metrics["judge_tokens"] += len(completion.token_ids)
+            out[chunk[index // m]].append(Judgment(parsed, completion.text or "", list(completion.token_ids),
+                                                   list(completion.logprobs)))
+    metrics["time_judge_s"] += time.perf_counter() - started
+    return out
 
 
 def judge_episodes(reward_model: Sampler, scenario: JudgeScenario, episodes: Sequence[Episode],
@@ -63,7 +89,7 @@ def judge_episodes(reward_model: Sampler, scenario: JudgeScenario, episodes: Seq
     metrics = metrics if metrics is not None else Counter()
     tokenizer = reward_model.tokenizer
     m = config.num_judgments
-    requests = []
+    where, prompts = [], []
     for e, episode in enumerate(episodes):
         if not episode.trainable:
             continue
@@ -79,26 +105,15 @@ def judge_episodes(reward_model: Sampler, scenario: JudgeScenario, episodes: Seq
                 metrics["judge/prompts_truncated"] += 1
                 tokens = tokens[-config.max_prompt_tokens:]
             episode.judge_prompts.append(tokens)
-            requests.append(_Request(e, t, tuple(tokens)))
-    requests.sort(key=lambda r: len(r.tokens), reverse=True)
-    strategy = make_strategy(config.temperature, config.top_k, config.top_p)
-    prompts_per_call = max(1, config.batch_size // m)
-    started = time.perf_counter()
-    for chunk_index, start in enumerate(range(0, len(requests), prompts_per_call)):
-        chunk = requests[start:start + prompts_per_call]
-        completions = reward_model.generate([list(r.tokens) for r in chunk], config.max_new_tokens, strategy,
-                                            seed=config.seed * 1_000_003 + chunk_index, num_samples=m)
-        for index, completion in enumerate(completions):  # prompt-major: m samples of chunk[0], then chunk[1]...
-            request, sample = chunk[index // m], index % m
-            parsed = scenario.parse_judgment(completion.text or "")
-            metrics[f"parse/{scenario.name}_judgment/{parsed.status}"] += 1
-            episode = episodes[request.episode]
-            episode.judgments[request.step, sample] = parsed.score
-            episode.judgment_valid[request.step, sample] = parsed.valid
-            episode.judge_texts[request.step][sample] = completion.text or ""
-            episode.judge_samples[request.step][sample] = (list(completion.token_ids), list(completion.logprobs))
-            metrics["judge_tokens"] += len(completion.token_ids)
-    metrics["time_judge_s"] += time.perf_counter() - started
+            where.append((e, t))
+            prompts.append(tokens)
+    for (e, t), judgments in zip(where, judge_prompts(reward_model, scenario, prompts, config, metrics)):
+        episode = episodes[e]
+        for sample, judgment in enumerate(judgments):
+            episode.judgments[t, sample] = judgment.parsed.score
+            episode.judgment_valid[t, sample] = judgment.parsed.valid
+            episode.judge_texts[t][sample] = judgment.text
+            episode.judge_samples[t][sample] = (judgment.token_ids, judgment.logprobs)
 
 
 def step_context(episode: Episode, step_index: int) -> tuple[StepRecord, list[StepRecord]]:

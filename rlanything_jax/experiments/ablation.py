@@ -34,9 +34,12 @@ _REPORT_ONLY = flags.DEFINE_bool("report_only", False,
                                  "write the table and plot from the runs that have finished; run nothing")
 
 COLUMNS = (("held_out_success_start", "held-out success (start)"), ("held_out_success_end", "held-out success (end)"),
-           ("reward_model/step_accuracy_first", "RM step acc (step 1)"),
-           ("reward_model/step_accuracy_last", "RM step acc (end)"), ("reward_model/outcome_accuracy_last", "RM outcome acc"),
-           ("accepted_tasks", "accepted tasks"))
+           # The fixed probe of expert-labelled held-out steps (judge_probe): after the warm start and at the end.
+           ("reward_model/probe_step_accuracy_first", "RM probe step acc (start)"),
+           ("reward_model/probe_step_accuracy_last", "RM probe step acc (end)"),
+           # On each step's own rollouts, which move with the policy.
+           ("reward_model/step_accuracy_last", "RM step acc on rollouts (end)"),
+           ("reward_model/outcome_accuracy_last", "RM outcome acc"), ("accepted_tasks", "accepted tasks"))
 
 
 def _cell(values: list[float]) -> str:

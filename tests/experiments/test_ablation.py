@@ -8,11 +8,13 @@ def test_table_and_plot(tmp_path):
         "outcome_only": [{"held_out_success_start": 0.25, "held_out_success_end": 0.5, "accepted_tasks": 0},
                          {"held_out_success_start": 0.25, "held_out_success_end": 0.3, "accepted_tasks": 0}],
         "rlanything": [{"held_out_success_start": 0.25, "held_out_success_end": 0.75, "accepted_tasks": 4,
-                        "reward_model/step_accuracy_last": 0.6}],
+                        "reward_model/step_accuracy_last": 0.6, "reward_model/probe_step_accuracy_first": 0.7,
+                        "reward_model/probe_step_accuracy_last": 0.8}],
     }
     table = ablation_table(summaries)
-    assert "| outcome_only | 0.250 ± 0.000 | 0.400 ± 0.100 | - | - | - | 0.000 ± 0.000 |" in table
-    assert "| rlanything | 0.250 ± 0.000 | 0.750 ± 0.000 | - | 0.600 ± 0.000 | - | 4.000 ± 0.000 |" in table
+    assert "| outcome_only | 0.250 ± 0.000 | 0.400 ± 0.100 | - | - | - | - | 0.000 ± 0.000 |" in table
+    assert ("| rlanything | 0.250 ± 0.000 | 0.750 ± 0.000 | 0.700 ± 0.000 | 0.800 ± 0.000 | 0.600 ± 0.000 | - "
+            "| 4.000 ± 0.000 |") in table
     plot_ablation(summaries, tmp_path / "a.png")
     assert (tmp_path / "a.png").read_bytes()[:4] == b"\x89PNG"
 

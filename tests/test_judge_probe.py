@@ -1,0 +1,83 @@
+"""The reward model's fixed probe: expert-labelled steps of a real generated game, and its accuracy."""
+
+import re
+
+import numpy as np
+import pytest
+
+from rlanything_jax import assemble, sft
+from rlanything_jax.agents.compact_game import CompactTextGameScenario
+from rlanything_jax.agents.judging import JudgeConfig
+from rlanything_jax.envs import alfworld
+from rlanything_jax.envs.alfworld import GameKnobs
+from rlanything_jax.envs.base import make_env
+from rlanything_jax.judge_probe import build_judge_probe, probe_accuracy
+from rlanything_jax.sampling.stops import Completion
+
+SCENARIO = CompactTextGameScenario()
+
+
+@pytest.fixture(scope="module")
+def game(tmp_path_factory):
+    directory = str(tmp_path_factory.mktemp("probe_games"))
+    tasks = [alfworld.make_task(seed, "pick_and_place_simple", GameKnobs(num_receptacles=4, num_distractors=0),
+                                directory) for seed in (11, 12)]
+    return tasks, [assemble.expert_plan(t) for t in tasks], make_env("alfworld")
+
+
+def _said(prompt_text):
+    """(earlier actions, judged action) as the judge prompt shows them."""
+    done = re.search(r"done: (.*)", prompt_text).group(1)
+    action = re.search(r"action: (.*)", prompt_text).group(1)
+    return ([] if done == "nothing" else done.split("; ")), action
+
+
+def test_probe_prompts_carry_the_expert_label_of_the_step_they_show(game, qwen25_tokenizer):
+    tasks, plans, env = game
+    probe = build_judge_probe(tasks, plans, SCENARIO, qwen25_tokenizer, "walkthrough", seed=5, env=env)
+    assert probe == build_judge_probe(tasks, plans, SCENARIO, qwen25_tokenizer, "walkthrough", seed=5, env=env)
+    searches = [sft.play_searching_expert(t, p, np.random.default_rng([5, 7]), env) for t, p in zip(tasks, plans)]
+    assert len(probe.prompts) >= 2 * len(searches[0])      # the expert's step and another action, per step
+    assert set(probe.labels) == {1, -1}
+    task_of = [0] * (2 * len(searches[0]))                  # the first game's steps come first
+    for index, (prompt, label) in enumerate(zip(probe.prompts, probe.labels)):
+        earlier, action = _said(qwen25_tokenizer.decode(list(prompt)))
+        plan = plans[task_of[index]] if index < len(task_of) else plans[1]
+        assert label == sft.progress_label(plan, earlier, action), (earlier, action)
+
+
+class _RuleJudge:
+    """A stand-in reward model answering by a rule on the prompt's text (the probe's accounting is under
+    test, not a model): `rule(earlier, action) -> answer text`, the same answer for each of the m samples
+    except where `invalid_every` makes every such sample unparsable."""
+
+    def __init__(self, tokenizer, rule, invalid_every=0):
+        self.tokenizer, self.rule, self.invalid_every = tokenizer, rule, invalid_every
+
+    def generate(self, prompts, max_new_tokens, strategy, seed, num_samples):
+        out = []
+        for prompt in prompts:
+            answer = self.rule(*_said(self.tokenizer.decode(list(prompt))))
+            for sample in range(num_samples):
+                text = "no idea" if self.invalid_every and sample % self.invalid_every == 1 else answer
+                out.append(Completion([1], [0.0], text, "stop"))
+        return out
+
+
+def test_probe_accuracy_counts_each_judgment_against_its_label(game, qwen25_tokenizer):
+    tasks, plans, env = game
+    probe = build_judge_probe(tasks[:1], plans[:1], SCENARIO, qwen25_tokenizer, "walkthrough", seed=5, env=env)
+    config = JudgeConfig(num_judgments=2, batch_size=5)   # 2 prompts a call: results come back sorted by length
+    perfect = _RuleJudge(qwen25_tokenizer, lambda earlier, action:
+                         "\\boxed{%d}" % sft.progress_label(plans[0], earlier, action))
+    assert probe_accuracy(perfect, SCENARIO, probe, config) == {
+        "reward_model/probe_step_accuracy": 1.0, "reward_model/probe_valid": 1.0,
+        "reward_model/probe_accuracy_good": 1.0, "reward_model/probe_accuracy_bad": 1.0}
+    half_invalid = _RuleJudge(perfect.tokenizer, perfect.rule, invalid_every=2)
+    result = probe_accuracy(half_invalid, SCENARIO, probe, config)
+    assert result["reward_model/probe_step_accuracy"] == 0.5 and result["reward_model/probe_valid"] == 0.5
+    good_share = probe.labels.count(1) / len(probe.labels)
+    always_good = probe_accuracy(_RuleJudge(qwen25_tokenizer, lambda *_: "\\boxed{1}"), SCENARIO, probe, config)
+    assert always_good["reward_model/probe_step_accuracy"] == pytest.approx(good_share)
+    assert always_good["reward_model/probe_accuracy_good"] == 1.0
+    assert always_good["reward_model/probe_accuracy_bad"] == 0.0
