@@ -80,6 +80,9 @@ def base_config(scenario: str) -> ml_collections.ConfigDict:
         "max_new_tokens": 4000,
         "invalid_judgment_reward": -2.0,
         "action_fallback_penalty": 0.0,  # off in the reference; subtracted from a policy step whose action a parser fallback chose
+        # Weigh each task's RM examples so that steps with positive and negative integrated reward count
+        # equally (rl/rewards.sign_balance_weights); off in the reference.
+        "balance_labels": False,
         "band_low": 0.2,            # RM trains only on tasks whose accuracy is in [band_low, band_high]
         "band_high": 0.8,
     })

@@ -187,7 +187,8 @@ def loop_settings(cfg) -> LoopSettings:
                           singleton=cfg.train.advantage_singleton, policy_acc_low=cfg.train.policy_acc_low,
                           policy_acc_high=cfg.train.policy_acc_high, rm_acc_low=cfg.reward.band_low,
                           rm_acc_high=cfg.reward.band_high, invalid_penalty=cfg.reward.invalid_judgment_reward,
-                          fallback_penalty=cfg.reward.action_fallback_penalty)
+                          fallback_penalty=cfg.reward.action_fallback_penalty,
+                          balance_rm_labels=cfg.reward.balance_labels)
     judge_steps = cfg.env.kind != "coding" and ablation != "outcome_only"
     if ablation == "outcome_only":
         signal = dataclasses.replace(signal, step_weight=0.0)

@@ -97,6 +97,7 @@ _SCALAR_CHECKS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("reward.max_new_tokens", _positive_int, "must be a positive integer"),
     ("reward.invalid_judgment_reward", _number, "must be a number"),
     ("reward.action_fallback_penalty", lambda v: _number(v) and v >= 0, "must be >= 0"),
+    ("reward.balance_labels", lambda v: isinstance(v, bool), "must be true or false"),
     ("reward.band_low", _fraction, "must be in [0, 1]"),
     ("reward.band_high", _fraction, "must be in [0, 1]"),
     ("curriculum.enabled", lambda v: isinstance(v, bool), "must be true or false"),

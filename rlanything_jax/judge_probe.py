@@ -11,6 +11,7 @@ a fixed sampling seed, so only the reward model changes between measurements.
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections import Counter
 from collections.abc import Sequence
 
@@ -47,12 +48,14 @@ def probe_accuracy(reward_model, scenario, probe: JudgeProbe, config: JudgeConfi
     if not probe.prompts:
         return {}
     metrics: Counter = Counter()
+    started = time.perf_counter()
     judged = judge_prompts(reward_model, scenario, probe.prompts, config, metrics)
     hits = np.array([np.mean([j.parsed.valid and j.parsed.score == label for j in judgments])
                      for judgments, label in zip(judged, probe.labels)])
     labels = np.array(probe.labels)
     out = {"reward_model/probe_step_accuracy": float(hits.mean()),
-           "reward_model/probe_valid": float(np.mean([j.parsed.valid for js in judged for j in js]))}
+           "reward_model/probe_valid": float(np.mean([j.parsed.valid for js in judged for j in js])),
+           "time/judge_probe_s": time.perf_counter() - started}
     for name, value in (("good", 1), ("bad", -1)):
         if (labels == value).any():
             out[f"reward_model/probe_accuracy_{name}"] = float(hits[labels == value].mean())

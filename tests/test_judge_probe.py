@@ -70,9 +70,10 @@ def test_probe_accuracy_counts_each_judgment_against_its_label(game, qwen25_toke
     config = JudgeConfig(num_judgments=2, batch_size=5)   # 2 prompts a call: results come back sorted by length
     perfect = _RuleJudge(qwen25_tokenizer, lambda earlier, action:
                          "\\boxed{%d}" % sft.progress_label(plans[0], earlier, action))
-    assert probe_accuracy(perfect, SCENARIO, probe, config) == {
-        "reward_model/probe_step_accuracy": 1.0, "reward_model/probe_valid": 1.0,
-        "reward_model/probe_accuracy_good": 1.0, "reward_model/probe_accuracy_bad": 1.0}
+    result = probe_accuracy(perfect, SCENARIO, probe, config)
+    assert result.pop("time/judge_probe_s") >= 0
+    assert result == {"reward_model/probe_step_accuracy": 1.0, "reward_model/probe_valid": 1.0,
+                      "reward_model/probe_accuracy_good": 1.0, "reward_model/probe_accuracy_bad": 1.0}
     half_invalid = _RuleJudge(perfect.tokenizer, perfect.rule, invalid_every=2)
     result = probe_accuracy(half_invalid, SCENARIO, probe, config)
     assert result["reward_model/probe_step_accuracy"] == 0.5 and result["reward_model/probe_valid"] == 0.5

@@ -21,7 +21,7 @@ import numpy as np
 from rlanything_jax.agents.trajectory import Episode, group_arrays, task_accuracy
 from rlanything_jax.rl.advantages import stepwise_group_advantages
 from rlanything_jax.rl.data import Example, pack_turns as pack_episode
-from rlanything_jax.rl.rewards import consistency_advantages, integrated_step_reward
+from rlanything_jax.rl.rewards import consistency_advantages, integrated_step_reward, sign_balance_weights
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,6 +38,9 @@ class SignalConfig:
     # Subtracted from the policy's step reward where the action was not read as written (a parser
     # fallback chose it), as agent RL setups often do; 0 = the reference (the RM's reward is unchanged).
     fallback_penalty: float = 0.0
+    # Weigh the reward model's examples so that a task's steps with positive and negative integrated
+    # reward count equally (rewards.sign_balance_weights); False = the reference.
+    balance_rm_labels: bool = False
 
 
 def step_rewards(episodes: Sequence[Episode], cfg: SignalConfig) -> tuple[np.ndarray, np.ndarray, object]:
@@ -102,6 +105,8 @@ def reward_model_examples(groups: Mapping[str, Sequence[Episode]], cfg: SignalCo
         rewards, mask, arrays = step_rewards(trainable, cfg)
         advantages = np.asarray(consistency_advantages(rewards, arrays.judgments, arrays.valid,
                                                        cfg.invalid_penalty))
+        if cfg.balance_rm_labels:
+            advantages = advantages * np.asarray(sign_balance_weights(rewards, mask))[..., None]
         metrics["reward_data/tasks"] += 1
         for g, episode in enumerate(trainable):
             for t in range(len(episode.steps)):

@@ -37,6 +37,25 @@ def consistency_advantages(step_reward: jnp.ndarray, judgments: jnp.ndarray, val
     return masked_zscore(raw, sample_mask, axis=-1)
 
 
+def sign_balance_weights(step_reward: jnp.ndarray, step_mask: jnp.ndarray) -> jnp.ndarray:
+    """Per-step weights [G, T] that give one task's steps with R > 0 and with R < 0 equal total weight
+    (n / 2n+ and n / 2n-, n = n+ + n-; steps with R = 0 weigh 1; all 1 unless both signs occur).
+
+    The task band balances outcomes per task, not steps: a lost rollout runs to the turn limit and a won
+    one ends early, so most of the reward model's labels are negative and its consistency objective
+    leans to -1 (ALGORITHM.md 4.4: under imbalance the RM is pushed toward the majority label).
+    """
+    mask = step_mask.astype(bool)
+    positive = mask & (step_reward > 0)
+    negative = mask & (step_reward < 0)
+    n_pos, n_neg = positive.sum(), negative.sum()
+    both = (n_pos > 0) & (n_neg > 0)
+    total = (n_pos + n_neg).astype(jnp.float32)
+    weights = jnp.where(positive, total / (2.0 * jnp.maximum(n_pos, 1)),
+                        jnp.where(negative, total / (2.0 * jnp.maximum(n_neg, 1)), 1.0))
+    return jnp.where(both & mask, weights, jnp.where(mask, 1.0, 0.0))
+
+
 def unit_test_raw_rewards(code_passes_gt: jnp.ndarray, code_passes_ut: jnp.ndarray,
                           code_mask: jnp.ndarray | None = None, ut_mask: jnp.ndarray | None = None) -> jnp.ndarray:
     """Raw reward of each generated unit test of a task (ALGORITHM.md 3.4).

@@ -67,6 +67,20 @@ def test_reward_model_consistency_advantages(groups):
     assert all(e.old_logprobs == [-0.1] for e in examples)
 
 
+def test_balanced_reward_model_labels_weigh_both_signs_equally():
+    # A won rollout (R = 1 + 1/3 > 0 at its first step) and a lost one of 3 steps (R < 0 each; its first step's
+    # votes disagree). n+ = 1, n- = 3, n = 4: the positive step weighs 4/2 = 2, the negative ones 4/6 = 2/3.
+    won = _episode(0, True, [[1, 1, -1]])
+    lost = _episode(1, False, [[1, -1, -1], [-1, -1, -1], [-1, -1, -1]])
+    plain = [e.advantage for e in reward_model_examples({"t": [won, lost]}, SignalConfig())]
+    balanced = [e.advantage for e in reward_model_examples({"t": [won, lost]}, SignalConfig(balance_rm_labels=True))]
+    np.testing.assert_allclose(balanced, np.array(plain) * np.repeat([2.0, 2 / 3, 2 / 3, 2 / 3], 3), atol=1e-6)
+    # won step: R*S = 4/3 * [1, 1, -1] -> z [1/sqrt2, 1/sqrt2, -sqrt2]; lost step 0: R = -1 - 1/3, R*S = [-4/3, 4/3,
+    # 4/3] -> z [-sqrt2, 1/sqrt2, 1/sqrt2]
+    r2 = np.sqrt(2)
+    np.testing.assert_allclose(balanced[:6], [2 / r2, 2 / r2, -2 * r2, -2 / 3 * r2, 2 / 3 / r2, 2 / 3 / r2], atol=1e-5)
+
+
 def test_action_fallback_penalty_lowers_the_policy_reward_of_that_step_only():
     a, b, c = _episode(0, True, [[1, 1, 1]]), _episode(1, True, [[1, 1, -1]]), _episode(2, False, [[-1, -1, -1]])
     b.steps[0].parse_status = "closest"   # a parser fallback chose b's action

@@ -4,7 +4,8 @@ import jax
 import numpy as np
 import pytest
 
-from rlanything_jax.rl import consistency_advantages, integrated_step_reward, unit_test_raw_rewards, unit_test_rewards
+from rlanything_jax.rl import (consistency_advantages, integrated_step_reward, sign_balance_weights, unit_test_raw_rewards,
+                               unit_test_rewards)
 
 T, F = True, False
 
@@ -41,6 +42,17 @@ def test_consistency_invalid_penalty_and_padding():
     out = consistency_advantages(np.array(1.0), np.array([1, 1, 1]), np.array([T, F, T]), invalid_penalty=-3.0,
                                  sample_mask=np.array([T, T, F]))
     np.testing.assert_allclose(out, [1.0, -1.0, 0.0], atol=1e-6)
+
+
+def test_sign_balance_weights():
+    # A won rollout of 2 steps (R > 0) and a lost one of 4 steps (R < 0, one of them R = 0), padded to T = 4.
+    # n+ = 2, n- = 3, n = 5: positive steps weigh 5/4, negative ones 5/6 (2 * 5/4 = 3 * 5/6 = 5/2), R = 0 weighs 1.
+    reward = np.array([[1.3, 0.7, 0.0, 0.0], [-1.0, -0.7, 0.0, -1.3]])
+    mask = np.array([[T, T, F, F], [T, T, T, T]])
+    np.testing.assert_allclose(sign_balance_weights(reward, mask), [[5 / 4, 5 / 4, 0, 0], [5 / 6, 5 / 6, 1, 5 / 6]],
+                               atol=1e-6)
+    # One sign only: nothing to balance.
+    np.testing.assert_allclose(sign_balance_weights(np.array([[-1.0, -0.3]]), np.array([[T, T]])), [[1, 1]])
 
 
 # Codes 0, 1 pass every ground-truth test ("GT codes"); codes 2, 3 do not.
