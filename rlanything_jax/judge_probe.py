@@ -34,7 +34,7 @@ def build_judge_probe(tasks: Sequence[Task], plans: Sequence[Sequence[str]], sce
     rng = np.random.default_rng([seed, 7])
     prompts, probe_labels = [], []
     for task, plan in zip(tasks, plans):
-        env = env or make_env(task.kind)
+        env = env or make_env(task.kind)   # one engine for every game, replays included
         steps = sft.play_searching_expert(task, plan, rng, env)
         for labelled in sft.labelled_steps(task, steps, rng, negatives_per_step, env, plan, labels):
             tokens = sft.judge_prompt(tokenizer, scenario, task, labelled)

@@ -77,7 +77,12 @@ def _judge_probe(cfg, settings, services: Services, eval_tasks, env) -> Callable
                               services.reward_sampler.tokenizer, cfg.warm_start.step_labels, cfg.seed,
                               max_prompt_tokens=settings.judge.max_prompt_tokens, env=env)
     config = dataclasses.replace(settings.judge, seed=cfg.seed)  # the same samples' randomness every time
-    return functools.partial(probe_accuracy, services.reward_sampler, services.scenario, probe, config)
+    measure = functools.partial(probe_accuracy, services.reward_sampler, services.scenario, probe, config)
+    if settings.train_reward_model:
+        return measure
+    # A reward model that is not trained gives the same figures every step: judge the probe once.
+    once = functools.cache(measure)
+    return lambda: {k: v for k, v in once().items() if k != "time/judge_probe_s"}
 
 
 def _supervised(learner, learning_rate: float, batch_size: int, num_examples: int):
