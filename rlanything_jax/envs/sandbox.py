@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
-import functools
 import itertools
 import logging
 import math
@@ -29,8 +28,6 @@ import os
 import select
 import shutil
 import signal
-import site
-import stat
 import subprocess
 import sys
 import tempfile
@@ -38,6 +35,8 @@ import threading
 import time
 import warnings
 from collections.abc import Sequence
+
+from rlanything_jax.envs.sandbox_mounts import bwrap_prefix, site_dirs
 
 log = logging.getLogger(__name__)
 
@@ -265,80 +264,14 @@ def _command(config: _Config, run_dir: str, program_path: str, limits: Limits, u
     python = [sys.executable, "-I", "-S", "-B", "-c", _LAUNCHER, program_path,
               str(max(1, math.ceil(limits.timeout_s)) + 1), str(limits.memory_mb << 20),
               str(limits.max_output_bytes), str(limits.max_processes), str(uid),
-              os.pathsep.join(_site_dirs())]
+              os.pathsep.join(site_dirs())]
     if config.isolation == "bwrap":
-        return _bwrap_prefix(config, run_dir, program_path, limits) + python, run_dir
+        return bwrap_prefix(run_dir, program_path, limits.scratch_mb, config.drop_privileges) + python, run_dir
     work_dir = os.path.join(run_dir, "work")
     os.mkdir(work_dir)
     if config.isolation == "unshare":
         return ["unshare", "--net"] + ([] if os.geteuid() == 0 else ["--map-root-user"]) + python, work_dir
     return python, work_dir
-
-
-def _bwrap_prefix(config: _Config, run_dir: str, program_path: str, limits: Limits) -> list[str]:
-    size = str(limits.scratch_mb << 20)
-    args = ["bwrap", "--ro-bind", "/", "/"]
-    if config.drop_privileges:
-        args += _reexpose_interpreter_args()
-    args += ["--dev", "/dev", "--proc", "/proc",
-             "--perms", "1777", "--size", size, "--tmpfs", "/tmp",
-             "--perms", "1777", "--size", size, "--tmpfs", "/dev/shm",
-             *_rebind_under_private_tmp(),
-             # the scratch dir is a fresh tmpfs over run_dir: the host's stdin/stdout files
-             # stay hidden and the program file is the only thing in it (read-only)
-             "--size", size, "--tmpfs", run_dir, "--ro-bind", program_path, program_path,
-             "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent",
-             "--chdir", run_dir]
-    if os.geteuid() == 0 and not config.drop_privileges:
-        args += ["--cap-drop", "ALL"]   # root inside could otherwise remount / read-write
-    return args + ["--"]
-
-
-@functools.cache
-def _rebind_under_private_tmp() -> list[str]:
-    """The interpreter's trees that live under /tmp or /dev/shm (a checkout's venv there), bound
-    back read-only over the private tmpfs that would otherwise hide them."""
-    trees = {os.path.abspath(p) for p in (sys.prefix, *_site_dirs(), os.path.dirname(sys.executable))}
-    hidden = sorted(t for t in trees if t.startswith(("/tmp/", "/dev/shm/")) and os.path.isdir(t))
-    return [arg for tree in hidden for arg in ("--ro-bind", tree, tree)]
-
-
-@functools.cache
-def _reexpose_interpreter_args() -> list[str]:
-    """Mounts that let an unprivileged uid reach the interpreter when it lives under a
-    private directory (e.g. pyenv in /root): a tmpfs hides that directory's other
-    contents, traversable directories lead back down, and the interpreter's trees are
-    bound back in."""
-    trees = {os.path.realpath(p) for p in (sys.base_prefix, sys.prefix, *_site_dirs())}
-    trees.add(os.path.dirname(os.path.realpath(sys.executable)))
-    tmpfs, dirs, binds = set(), set(), []
-    for tree in sorted(trees):
-        blocker = _first_private_ancestor(tree)
-        if blocker is None:
-            continue
-        tmpfs.add(blocker)
-        parent = os.path.dirname(tree)
-        while len(parent) > len(blocker):
-            dirs.add(parent)
-            parent = os.path.dirname(parent)
-        binds += ["--ro-bind", tree, tree]
-    made = [arg for d in sorted(tmpfs) for arg in ("--perms", "0755", "--tmpfs", d)]
-    made += [arg for d in sorted(dirs) for arg in ("--perms", "0755", "--dir", d)]
-    return made + binds
-
-
-def _first_private_ancestor(path: str) -> str | None:
-    parts = path.split(os.sep)[1:]
-    for depth in range(1, len(parts)):
-        ancestor = os.sep + os.sep.join(parts[:depth])
-        if not os.stat(ancestor).st_mode & stat.S_IXOTH:
-            return ancestor
-    return None
-
-
-@functools.cache
-def _site_dirs() -> tuple[str, ...]:
-    return tuple(site.getsitepackages())
 
 
 def _wait_then_kill_group(proc: subprocess.Popen, timeout_s: float) -> bool:
