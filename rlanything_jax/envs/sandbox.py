@@ -6,15 +6,19 @@ resource limits (CPU time, address space, file size, process count), maps
 unprivileged uid so that the process-count limit applies at all (the kernel exempts
 root from RLIMIT_NPROC). Around the launcher, the best isolation available:
 
-- "bwrap":   bubblewrap; read-only host, private /tmp and scratch (size-limited tmpfs),
-             no network, own pid namespace (so every descendant dies with the run).
-- "unshare": `unshare --net` only: no network, scratch directory on the host disk.
+- "bwrap":   bubblewrap; only the interpreter's trees visible (read-only), private /tmp and
+             scratch (size-limited tmpfs), no network, own pid namespace (so every
+             descendant dies with the run); see `envs.sandbox_mounts`.
+- "unshare": `unshare --net` only: no network, the host's files readable, scratch on its disk.
 - "none":    resource limits only (loud one-time warning).
+
+Runs that execute untrusted code call `require_strong_isolation` at start-up: it refuses the
+weak modes unless the configuration opts in (`env.allow_weak_sandbox`).
 
 The child gets a clean environment (nothing inherited from ours), stdin/stdout/stderr
 are files (so no pipe pumping, and RLIMIT_FSIZE caps the output too), and a wall-clock
 timeout kills the whole process group. HumanEval-style `check` tests run through
-`envs.function_tests`.
+`scenarios.coding.function_tests`.
 """
 
 from __future__ import annotations
@@ -106,6 +110,7 @@ class Limits:
 class _Config:
     isolation: str
     drop_privileges: bool
+    tool: str = ""    # absolute path of bwrap or unshare, as the probe found it on our PATH
 
 
 def outputs_match(expected: str, actual: str) -> bool:
@@ -170,6 +175,24 @@ def available_isolations() -> list[str]:
     return [mode for mode in ISOLATIONS if _usable_config(mode) is not None]
 
 
+class SandboxUnavailable(RuntimeError):
+    """Strong isolation is required but this machine cannot provide it."""
+
+
+def require_strong_isolation(allow_weak: bool) -> str:
+    """The isolation mode `execute` will use, after checking that it contains hostile programs:
+    bubblewrap, and (as root) a dropped uid so the process-count limit binds. Raises
+    SandboxUnavailable saying how to fix it, unless `allow_weak` (then it warns loudly)."""
+    config = _resolve_config(None)
+    problems = _weaknesses(config)
+    if problems and not allow_weak:
+        raise SandboxUnavailable(
+            "refusing to run untrusted code in a weak sandbox: " + "; ".join(problems) + ". "
+            "Install bubblewrap with `bash scripts/setup.sh` (or `sudo apt-get install bubblewrap`), "
+            "or accept the weak sandbox explicitly with --config.env.allow_weak_sandbox=True.")
+    return config.isolation
+
+
 def process_limit_enforced(mode: str | None = None) -> bool:
     """Whether RLIMIT_NPROC binds in `mode`: the kernel exempts root, so as root only runs
     that drop to a per-run uid are protected from fork bombs."""
@@ -199,10 +222,11 @@ def _usable_config(mode: str) -> _Config | None:
 
 def _probe(mode: str) -> _Config | None:
     """Run a tiny program under `mode` (with a dropped uid first, when root)."""
-    if mode != "none" and shutil.which(mode) is None:
+    tool = "" if mode == "none" else shutil.which(mode)
+    if tool is None:
         return None
     for drop in ([True, False] if os.geteuid() == 0 else [False]):
-        config = _Config(mode, drop)
+        config = _Config(mode, drop, os.path.abspath(tool))
         try:
             result = _run(_PROBE_PROGRAM, "", Limits(timeout_s=20.0), config, None)
         except OSError as error:   # the tool exists but cannot be executed
@@ -214,15 +238,25 @@ def _probe(mode: str) -> _Config | None:
     return None
 
 
-def _warn_if_weak(config: _Config) -> None:
+def _weaknesses(config: _Config) -> list[str]:
+    """What `config` fails to contain, and why the strong mode is not in use."""
     problems = []
     if config.isolation != "bwrap":
-        problems.append(f"isolation is {config.isolation!r}: no private filesystem"
-                        + ("" if config.isolation == "unshare" else " and no network block"))
-        if "bwrap" in _probe_failures:
+        problems.append(f"isolation is {config.isolation!r}: the host's files are readable"
+                        + ("" if config.isolation == "unshare" else " and the network is reachable"))
+        if _forced_isolation or os.environ.get(ISOLATION_ENV_VAR):
+            problems.append(f"it was forced (set_isolation or ${ISOLATION_ENV_VAR})")
+        elif "bwrap" in _probe_failures:
             problems.append(f"bubblewrap is installed but failed ({_probe_failures['bwrap']})")
+        elif shutil.which("bwrap") is None:
+            problems.append("bubblewrap (bwrap) is not installed")
     if os.geteuid() == 0 and not config.drop_privileges:
         problems.append("runs as root without a dropped uid, so the process-count limit is not enforced")
+    return problems
+
+
+def _warn_if_weak(config: _Config) -> None:
+    problems = _weaknesses(config)
     if problems and config not in _warned:
         _warned.add(config)
         message = "UNTRUSTED CODE SANDBOX IS WEAK: " + "; ".join(problems)
@@ -266,11 +300,12 @@ def _command(config: _Config, run_dir: str, program_path: str, limits: Limits, u
               str(limits.max_output_bytes), str(limits.max_processes), str(uid),
               os.pathsep.join(site_dirs())]
     if config.isolation == "bwrap":
-        return bwrap_prefix(run_dir, program_path, limits.scratch_mb, config.drop_privileges) + python, run_dir
+        prefix = bwrap_prefix(config.tool, run_dir, program_path, limits.scratch_mb, config.drop_privileges)
+        return prefix + python, run_dir
     work_dir = os.path.join(run_dir, "work")
     os.mkdir(work_dir)
     if config.isolation == "unshare":
-        return ["unshare", "--net"] + ([] if os.geteuid() == 0 else ["--map-root-user"]) + python, work_dir
+        return [config.tool, "--net"] + ([] if os.geteuid() == 0 else ["--map-root-user"]) + python, work_dir
     return python, work_dir
 
 
