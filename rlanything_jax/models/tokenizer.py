@@ -7,11 +7,26 @@ Hugging Face hub. Directories come from `python -m rlanything_jax.convert`.
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 # Tokens that end a turn in the chat formats we use (ChatML, SmolLM2, Qwen).
 _END_OF_TURN_TOKENS = ("<|im_end|>", "<|endoftext|>")
+
+
+_NO_TORCH_ADVISORY = "PyTorch was not found."
+
+
+def _drop_no_torch_advisory(record: logging.LogRecord) -> bool:
+    """transformers says at import that torch is missing; we need only its tokenizers."""
+    return not str(record.msg).startswith(_NO_TORCH_ADVISORY)
+
+
+# transformers logs the advisory on its root logger ("transformers") while it is
+# imported, so the filter must be in place before any import of transformers.
+# Only that one message is dropped: other warnings and errors still show.
+logging.getLogger("transformers").addFilter(_drop_no_torch_advisory)
 
 
 class Tokenizer:

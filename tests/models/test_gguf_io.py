@@ -24,7 +24,11 @@ from rlanything_jax.models.gguf_io import (  # noqa: E402
 )
 
 CHAT = [{"role": "user", "content": "What is the capital of France? Answer in one word."}]
-TEXTS = ["Hello, world!", "In 2024, 12345 apples cost $3.50.", "def f(x):\n    return x  # ok\n", "<|im_start|>user\nhi<|im_end|>"]
+TEXTS = ["Hello, world!", "In 2024, 12345 apples cost $3.50.", "def f(x):\n    return x  # ok\n",
+         "<|im_start|>user\nhi<|im_end|>", "  leading and trailing  \n\n", "Ünïcødé 🤖 多语言 naïve café",
+         "x1y22z333 0.5e-3 1,000,000", "<jupyter_code>print('a')<empty_output><|endoftext|>", "I'm sure they've", ""]
+CHATS = [CHAT, [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"},
+                {"role": "assistant", "content": "4"}, {"role": "user", "content": "And 3+3?"}]]
 
 
 # ---------------------------------------------------------------------------
@@ -205,21 +209,46 @@ def test_logits_match_transformers_gguf_load(smollm2_dir, gguf_reference_tokeniz
     assert converted.generation_config.eos_token_id == 2
 
 
+def _assert_same_tokenizer(tok, reference):
+    for text in TEXTS:
+        assert tok.encode(text) == reference.encode(text, add_special_tokens=False), text
+        assert tok.hf.encode(text) == reference.encode(text), text  # no bos added
+        assert tok.decode(tok.encode(text)) == text
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        ids = rng.integers(0, 49152, size=24).tolist() + [0, 1, 2, 16]
+        for skip in (False, True):
+            expected = reference.decode(ids, skip_special_tokens=skip, clean_up_tokenization_spaces=False)
+            assert tok.decode(ids, skip_special_tokens=skip) == expected
+    for chat in CHATS:
+        expected = reference.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
+        assert tok.apply_chat_template(chat) == expected
+        assert tok.encode_chat(chat) == reference.encode(expected, add_special_tokens=False)
+    assert (tok.eos_id, tok.pad_id, tok.bos_id) == (reference.eos_token_id, reference.pad_token_id, reference.bos_token_id)
+    assert tok.vocab_size == len(reference)
+
+
 @pytest.mark.slow
 def test_tokenizer_matches_gguf_tokenizer(smollm2_dir, gguf_reference_tokenizer):
     from rlanything_jax.models.tokenizer import Tokenizer
 
     tok = Tokenizer.from_dir(smollm2_dir)
-    for text in TEXTS:
-        assert tok.encode(text) == gguf_reference_tokenizer.encode(text, add_special_tokens=False), text
-        assert tok.hf.encode(text) == gguf_reference_tokenizer.encode(text), text  # no bos added
-        assert tok.decode(tok.encode(text)) == text
+    _assert_same_tokenizer(tok, gguf_reference_tokenizer)
     text = tok.apply_chat_template(CHAT)
-    assert text == gguf_reference_tokenizer.apply_chat_template(CHAT, tokenize=False, add_generation_prompt=True)
     assert text.endswith(f"<|im_start|>user\n{CHAT[0]['content']}<|im_end|>\n<|im_start|>assistant\n")
     assert text.startswith("<|im_start|>system\n")
     assert (tok.eos_id, tok.pad_id, tok.bos_id) == (2, 2, 1)
     assert tok.stop_token_ids == [2, 0]  # <|im_end|>, <|endoftext|>
+
+
+@pytest.mark.slow
+def test_cache_from_the_transformers_based_converter_is_equivalent(smollm2_dir, gguf_reference_tokenizer, tmp_path):
+    # Earlier versions saved transformers' GGUF tokenizer; such caches are reused, not reconverted.
+    from rlanything_jax.models.tokenizer import Tokenizer, write_tokenizer_dir
+
+    old_config = json.loads((smollm2_dir / "tokenizer_config.json").read_text())
+    old_dir = write_tokenizer_dir(gguf_reference_tokenizer.backend_tokenizer, tmp_path / "old", old_config)
+    _assert_same_tokenizer(Tokenizer.from_dir(old_dir), gguf_reference_tokenizer)
 
 
 @pytest.mark.slow
