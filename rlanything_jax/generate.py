@@ -36,9 +36,17 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _one_line(error: BaseException, model: str | None = None) -> str:
+    """The error as one line, naming the model path when the message does not already."""
+    message = error.args[0] if isinstance(error, KeyError) and error.args else error
+    text = " ".join(str(message).split())
+    return f"{model}: {text}" if model and model not in text else text
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     from rlanything_jax.models import load_pretrained
+    from rlanything_jax.models.gguf_io import ConversionError
     from rlanything_jax.models.registry import resolve_model_dir
     from rlanything_jax.models.tokenizer import Tokenizer
     from rlanything_jax.sampling.sampler import Sampler, SamplerConfig
@@ -48,16 +56,24 @@ def main(argv: list[str] | None = None) -> int:
         strategy = make_strategy(args.temperature, args.top_k, args.top_p)
         if args.max_new_tokens < 1:
             raise ValueError("--max-new-tokens must be at least 1")
-        model_dir = resolve_model_dir(args.model)
+    except ValueError as error:
+        return _fail(_one_line(error))
+    # Bad model inputs (no directory, no weights or tokenizer, broken config, an
+    # architecture we do not support, a missing package) are user errors: one line, no traceback.
+    model_dir = args.model
+    try:
+        model_dir = str(resolve_model_dir(args.model))
         model = load_pretrained(model_dir, dtype=args.dtype)
         tokenizer = Tokenizer.from_dir(model_dir)
-        sampler = Sampler(model, tokenizer, config=SamplerConfig(max_cache_length=model.config.max_position_embeddings))
-        start = time.perf_counter()
+    except (ValueError, OSError, KeyError, ConversionError) as error:
+        return _fail(_one_line(error, model_dir))
+    sampler = Sampler(model, tokenizer, config=SamplerConfig(max_cache_length=model.config.max_position_embeddings))
+    start = time.perf_counter()
+    try:
         completions = sampler.generate(args.prompt, args.max_new_tokens, strategy, seed=args.seed,
                                        chat=args.chat, stop_strings=args.stop)
-    except (ValueError, FileNotFoundError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
+    except ValueError as error:
+        return _fail(_one_line(error))
     elapsed = time.perf_counter() - start
     total = sum(len(c.token_ids) for c in completions)
     print(f"[rlanything_jax.generate] {total} tokens in {elapsed:.2f}s (including compilation)", file=sys.stderr)
@@ -68,6 +84,11 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print(f"### {prompt}\n{completion.text}\n")
     return 0
+
+
+def _fail(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return 1
 
 
 def run() -> None:

@@ -6,8 +6,9 @@ once into a Hugging Face directory under the cache (`$RLANYTHING_CACHE`).
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 PACKAGE_PREFIX = "package:"
 
@@ -34,4 +35,8 @@ def resolve_model_dir(spec: str) -> Path:
             f"model path {spec!r} is not a local Hugging Face directory (no config.json). Models are never "
             f"downloaded at run time: point the config at a local directory or at "
             f"{PACKAGE_PREFIX}{next(iter(PACKAGED_MODELS))}")
+    try:
+        json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path / 'config.json'} is not valid JSON ({error})") from None
     return path

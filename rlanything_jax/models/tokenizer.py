@@ -13,6 +13,8 @@ from typing import Any, Mapping, Sequence
 
 # Tokens that end a turn in the chat formats we use (ChatML, SmolLM2, Qwen).
 _END_OF_TURN_TOKENS = ("<|im_end|>", "<|endoftext|>")
+# A tokenizer directory holds at least one of these.
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
 
 _NO_TORCH_ADVISORY = "PyTorch was not found."
@@ -42,6 +44,10 @@ class Tokenizer:
             raise FileNotFoundError(
                 f"tokenizer directory not found: {directory} (expected a local directory "
                 "with tokenizer.json; create one with `python -m rlanything_jax.convert`)"
+            )
+        if not any((directory / name).is_file() for name in _TOKENIZER_FILES):
+            raise FileNotFoundError(
+                f"no tokenizer in {directory}: it has none of {', '.join(_TOKENIZER_FILES)}"
             )
         from transformers import AutoTokenizer  # deferred: slow import
 

@@ -224,7 +224,8 @@ def _assert_same_tokenizer(tok, reference):
         expected = reference.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
         assert tok.apply_chat_template(chat) == expected
         assert tok.encode_chat(chat) == reference.encode(expected, add_special_tokens=False)
-    assert (tok.eos_id, tok.pad_id, tok.bos_id) == (reference.eos_token_id, reference.pad_token_id, reference.bos_token_id)
+    expected_ids = (reference.eos_token_id, reference.pad_token_id, reference.bos_token_id)
+    assert (tok.eos_id, tok.pad_id, tok.bos_id) == expected_ids
     assert tok.vocab_size == len(reference)
 
 

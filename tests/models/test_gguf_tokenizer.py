@@ -171,8 +171,9 @@ print(json.dumps(_rendered(tok)))
 print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] == "torch")))
 """
     # -S: no site-packages but the view (and no .pth from the real one).
-    result = subprocess.run([sys.executable, "-S", "-c", script], check=False, capture_output=True, text=True, timeout=300,
-                            env={"HF_HUB_OFFLINE": "1", "JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"})
+    env = {"HF_HUB_OFFLINE": "1", "JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"}
+    result = subprocess.run([sys.executable, "-S", "-c", script], check=False, capture_output=True, text=True,
+                            timeout=300, env=env)
     assert result.returncode == 0, result.stderr
     rendered, torch_modules = (json.loads(line) for line in result.stdout.strip().splitlines()[-2:])
     assert rendered == json.loads(json.dumps(_rendered(converted)))
