@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _readme_commands() -> list[str]:
-    blocks = re.findall(r"```bash\n(.*?)\n```", (ROOT / "README.md").read_text(), re.S)
+    blocks = re.findall(r"```bash\n(.*?)\n```", (ROOT / "README.md").read_text(), re.DOTALL)
     return [b.strip() for b in blocks[:2]]
 
 
@@ -50,7 +50,7 @@ def sandboxed_setup(tmp_path):
         log.write_text("")
         env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
         done = subprocess.run(["bash", str(repo / "scripts" / "setup.sh"), *args], env=env,
-                              capture_output=True, text=True, timeout=60)
+                              capture_output=True, text=True, timeout=60, check=False)
         return done.returncode, log.read_text().splitlines()
     return run
 
