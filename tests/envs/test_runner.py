@@ -175,8 +175,9 @@ def test_textworld_games_through_the_runner_match_serial_play(tmp_path_factory):
     tasks = {e: games[e % len(games)] for e in range(64)}
     with EnvRunner(num_workers=2, env_modules=("rlanything_jax.scenarios.textworld.env",)) as runner:
         started = time.perf_counter()
-        runner.reset(tasks)
+        observations = runner.reset(tasks)
         reset_s = time.perf_counter() - started
+        assert [o for o in observations.values() if isinstance(o, EnvError)] == []   # with their reasons
         last, steps, started = {}, 0, time.perf_counter()
         for turn in range(max(len(p) for p in plans.values())):
             actions = {e: plans[t.task_id][turn] for e, t in tasks.items() if turn < len(plans[t.task_id])}
