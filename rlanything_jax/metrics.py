@@ -69,25 +69,121 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     return lines
 
 
-def plot_curves(lines: Sequence[Mapping[str, Any]], keys: Sequence[str], out_path: str | Path,
-                title: str = "") -> Path:
-    """One panel per key over steps (keys missing from every line are skipped)."""
+# Readable titles with units for the metrics run.py plots; other keys get their name.
+_TITLES = {
+    "rollout/success_rate": "Training rollouts: success rate",
+    "eval/success_rate": "Held-out games: success rate",
+    "reward_model/step_accuracy": "Reward model: step accuracy on rollouts",
+    "reward_model/probe_step_accuracy": "Reward model: step accuracy on the fixed probe",
+    "reward_model/outcome_accuracy": "Reward model: outcome accuracy",
+    "reward_model/unit_test_accuracy": "Reward model: unit-test accuracy",
+    "curriculum/accepted_total": "Curriculum: rewritten tasks accepted (total, count)",
+    "time/step_s": "Time per step (seconds)",
+}
+# Measured on fixed sets after the warm start (step 0) and later: each panel is read against that start.
+_AGAINST_START = ("eval/success_rate", "reward_model/probe_step_accuracy")
+_CAPTION = ("Rates and accuracies share a 0-1 axis. Dashed line: the value after the warm start (step 0); "
+            "the label gives the change since then in percentage points.")
+_MAX_COLUMNS = 3
+_SMOOTH_FROM = 8      # series at least this long also get a running mean
+_SMOOTH_WINDOW = 5
+
+
+def _is_fraction(key: str) -> bool:
+    name = key.rsplit("/", 1)[-1]
+    return name.endswith(("_rate", "accuracy"))
+
+
+def _title(key: str) -> str:
+    title = _TITLES.get(key, key)
+    if _is_fraction(key):
+        return f"{title} (fraction, 0-1)"
+    if key not in _TITLES and key.endswith("_s"):
+        return f"{title} (seconds)"
+    return title
+
+
+def _series(lines: Sequence[Mapping[str, Any]], key: str) -> tuple[list[int], list[float]]:
+    points = [(int(line["step"]), _scalar(line.get(key))) for line in lines if "step" in line]
+    points = [(step, value) for step, value in points if value is not None]
+    return [step for step, _ in points], [value for _, value in points]
+
+
+def running_mean(values: Sequence[float], window: int) -> list[float]:
+    """Mean of each value and the up to window-1 values before it."""
+    means = []
+    for index in range(len(values)):
+        recent = values[max(0, index - window + 1):index + 1]
+        means.append(sum(recent) / len(recent))
+    return means
+
+
+def _draw_panel(ax, key: str, steps: list[int], values: list[float]) -> None:
+    from matplotlib.ticker import MaxNLocator
+
+    smooth = len(values) >= _SMOOTH_FROM and not key.endswith("_total")  # a running total needs no mean
+    ax.plot(steps, values, marker="o", markersize=3, linewidth=1, alpha=0.45 if smooth else 1.0, color="C0",
+            label="per step" if smooth else None)
+    if smooth:
+        ax.plot(steps, running_mean(values, _SMOOTH_WINDOW), linewidth=2.2, color="C0",
+                label=f"mean of last {_SMOOTH_WINDOW}")
+    if _is_fraction(key):
+        ax.set_ylim(-0.02, 1.02)
+    elif min(values) >= 0:
+        ax.set_ylim(bottom=0)  # seconds and counts from zero, so that swings look their real size
+    if key in _AGAINST_START and steps and steps[0] == 0 and len(values) > 1:
+        start, last = values[0], values[-1]
+        change = last - start
+        ax.axhline(start, linestyle="--", color="0.35", linewidth=1.2, label=f"warm start (step 0): {start:.2f}")
+        ax.plot([steps[-1]], [last], marker="o", markersize=7, color="C0")
+        # A fixed corner, boxed, so that the change stays readable whatever the curve does.
+        ax.text(0.98, 0.04, f"{start:.2f} \u2192 {last:.2f}: {change * 100:+.1f} points since step 0",
+                transform=ax.transAxes, ha="right", va="bottom", fontsize=9, fontweight="bold",
+                color="C2" if change > 0 else "C3" if change < 0 else "0.3",
+                bbox={"boxstyle": "round,pad=0.3", "facecolor": "white", "edgecolor": "0.7", "alpha": 0.9})
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7, loc="best", framealpha=0.8)
+    ax.set_title(_title(key), fontsize=10)
+    ax.set_xlabel("RL step")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.grid(alpha=0.3)
+
+
+def curve_figure(lines: Sequence[Mapping[str, Any]], keys: Sequence[str], title: str = ""):
+    """A matplotlib Figure with one panel per key present in `lines`, in a grid of up to 3 columns.
+
+    Rates and accuracies share a fixed 0..1 axis so that step-to-step noise looks its real
+    size; held-out metrics are drawn against their warm-start (step 0) value.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    keys = [k for k in keys if any(_scalar(line.get(k)) is not None for line in lines)]
-    fig, axes = plt.subplots(1, max(len(keys), 1), figsize=(4 * max(len(keys), 1), 3.2), squeeze=False)
-    for ax, key in zip(axes[0], keys):
-        points = [(line["step"], _scalar(line.get(key))) for line in lines if _scalar(line.get(key)) is not None]
-        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", markersize=3)
-        ax.set_title(key, fontsize=9)
-        ax.set_xlabel("step")
-        ax.grid(alpha=0.3)
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
+    present = [(key, *_series(lines, key)) for key in keys]
+    present = [(key, steps, values) for key, steps, values in present if values]
+    columns = min(_MAX_COLUMNS, max(len(present), 1))
+    rows = max(1, math.ceil(len(present) / columns))
+    fig, axes = plt.subplots(rows, columns, figsize=(5.2 * columns, 3.6 * rows + 0.6), squeeze=False)
+    flat = list(axes.flat)
+    for ax, (key, steps, values) in zip(flat, present):
+        _draw_panel(ax, key, steps, values)
+    for ax in flat[len(present):]:
+        fig.delaxes(ax)
+    if not present:
+        fig.text(0.5, 0.5, "no metrics to plot yet", ha="center", va="center")
+    fig.suptitle(title or "Training curves", fontsize=12, fontweight="bold")
+    fig.text(0.5, 0.01, _CAPTION, ha="center", va="bottom", fontsize=9, color="0.3")
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    return fig
+
+
+def plot_curves(lines: Sequence[Mapping[str, Any]], keys: Sequence[str], out_path: str | Path,
+                title: str = "") -> Path:
+    """Writes `curve_figure` as a PNG; keys missing from every line get no panel."""
+    import matplotlib.pyplot as plt
+
+    fig = curve_figure(lines, keys, title)
     out = Path(out_path)
     fig.savefig(out, dpi=100)
     plt.close(fig)
