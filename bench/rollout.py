@@ -22,10 +22,10 @@ from collections import Counter
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from rlanything_jax.agents.rollout import RolloutConfig, play_episodes  # noqa: E402
-from rlanything_jax.agents.text_game import TextGameScenario  # noqa: E402
-from rlanything_jax.envs import alfworld  # noqa: E402
-from rlanything_jax.envs.alfworld_gen import TASK_TYPES  # noqa: E402
-from rlanything_jax.envs.alfworld_knobs import GameKnobs  # noqa: E402
+from rlanything_jax.scenarios.text_games.reference import ReferencePrompts  # noqa: E402
+from rlanything_jax.scenarios.alfworld import env as alfworld  # noqa: E402
+from rlanything_jax.scenarios.alfworld.gen import TASK_TYPES  # noqa: E402
+from rlanything_jax.scenarios.alfworld.knobs import GameKnobs  # noqa: E402
 from rlanything_jax.envs.base import InProcessRunner  # noqa: E402
 from rlanything_jax.envs.runner import EnvRunner  # noqa: E402
 from rlanything_jax.models import Decoder, DecoderConfig  # noqa: E402
@@ -45,11 +45,11 @@ def _sampler(workdir: str) -> Sampler:
 
 
 def _play(sampler, runner, tasks, group_size: int, turns: int, seed: int) -> tuple[Counter, float]:
-    config = RolloutConfig(group_size=group_size, max_steps=turns, max_new_tokens=8, max_context_tokens=16384,
+    config = RolloutConfig(group_size=group_size, max_turns=turns, max_new_tokens=8, max_context_tokens=16384,
                            temperature=1.0, top_p=1.0, seed=seed)
     metrics: Counter = Counter()
     start = time.perf_counter()
-    play_episodes(sampler, runner, TextGameScenario(), tasks, config, metrics=metrics)
+    play_episodes(sampler, runner, ReferencePrompts(), tasks, config, metrics=metrics)
     return metrics, time.perf_counter() - start
 
 
@@ -76,7 +76,7 @@ def main() -> None:
     sampler = _sampler(workdir)
     print(f"{num_tasks} ALFWorld tasks x G={group_size} = {num_tasks * group_size} concurrent episodes, "
           f"{args.turns} turns, {os.cpu_count()} CPU cores")
-    with EnvRunner(num_workers=args.workers) as runner:
+    with EnvRunner(num_workers=args.workers, env_modules=(alfworld.__name__,)) as runner:
         _play(sampler, runner, tasks, group_size, args.turns, seed=0)      # compiles the sampler
         metrics, wall = _play(sampler, runner, tasks, group_size, args.turns, seed=1)
         _report(f"{args.workers} workers", metrics, wall)

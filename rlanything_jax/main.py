@@ -1,101 +1,111 @@
-"""Entry point: `python -m rlanything_jax.main --config=configs/<scenario>.py[:variant]`.
+"""Entry point: `python -m rlanything_jax.main [--config=configs/<file>.py[:variant]] [--config.KEY=VALUE ...]`.
 
-Parses, validates and prints the resolved config, then runs (or resumes) the RL run
-it describes: warm start, RLAnything steps, held-out evaluation, checkpoints and
-outputs under `--config.workdir`. A config with `demo.prompt` set instead shows the
-policy model answering that prompt (the embedded default does, until its RL run is
-tuned to finish in about ten minutes on a 2-core CPU).
+Loads and validates the config, then runs (or resumes) the RL run it describes: warm
+start, RLAnything steps, held-out evaluation, checkpoints and outputs under
+`--config.workdir`. `--dry_run` prints the resolved config as JSON and stops. Every bad
+input (an unknown key, a bad value, a missing file or model, an unwritable workdir)
+ends with one line that names it, and exit status 2.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import sys
 import time
+from collections.abc import Sequence
+from pathlib import Path
 
-from absl import app, flags, logging
-from ml_collections import config_flags
+from rlanything_jax.config import DEFAULT_CONFIG, RunConfig, load_config
+from rlanything_jax.validation import ConfigError
 
-from rlanything_jax.config import DEFAULT_CONFIG, ConfigError, validate
+USAGE = """usage: python -m rlanything_jax.main [--config=FILE.py[:VARIANT]] [--config.KEY=VALUE ...] [--dry_run]
 
-_CONFIG = config_flags.DEFINE_config_file(
-    "config", default=DEFAULT_CONFIG,
-    help_string="configs/<scenario>.py[:variant]; override any key with --config.a.b=value")
-_DRY_RUN = flags.DEFINE_boolean("dry_run", False, "validate and print the resolved config, then stop")
+  --config=FILE[:VARIANT]  a config file under configs/ (default: configs/default.py, the embedded CPU run)
+  --config.KEY=VALUE       override any key, e.g. --config.rollout.group_size=4 --config.workdir=runs/x
+  --dry_run                print the resolved config as JSON and stop
+"""
 
 
 def _log(message: str) -> None:
-    print(f"[rlanything_jax] {message}", file=sys.stderr, flush=True)
+    print(f"[rlanything_jax {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
-def run_demo(cfg) -> str:
-    """Loads the policy model on the configured mesh and answers `cfg.demo.prompt` greedily."""
-    import jax
-
-    from rlanything_jax import sharding
-    from rlanything_jax.models import load_pretrained
-    from rlanything_jax.models.registry import resolve_model_dir
-    from rlanything_jax.models.tokenizer import Tokenizer
-    from rlanything_jax.sampling.sampler import Sampler
-
-    model_dir = resolve_model_dir(cfg.model.policy.path)
-    mesh = sharding.build_mesh(dict(cfg.mesh.shape))
-    _log(f"loading {model_dir} on mesh {dict(mesh.shape)} ({jax.devices()[0].platform})")
-    start = time.perf_counter()
-    model = load_pretrained(model_dir, dtype=cfg.model.policy.dtype, mesh=mesh,
-                            rules=cfg.sharding.logical_axis_rules, compute_dtype=cfg.model.policy.compute_dtype)
-    tokenizer = Tokenizer.from_dir(model_dir)
-    _log(f"loaded in {time.perf_counter() - start:.1f}s; generating {cfg.demo.max_new_tokens} tokens")
-    sampler = Sampler(model, tokenizer, mesh=mesh, rules=cfg.sharding.logical_axis_rules)
-    start = time.perf_counter()
-    [completion] = sampler.generate([cfg.demo.prompt], cfg.demo.max_new_tokens, chat=True)
-    _log(f"generated {len(completion.token_ids)} tokens in {time.perf_counter() - start:.1f}s "
-         f"(including compilation)")
-    return completion.text
+def parse_args(argv: Sequence[str]) -> tuple[str, list[str], bool]:
+    """(config spec, overrides, dry run) from the command line; raises ValueError on anything else."""
+    spec, overrides, dry_run = DEFAULT_CONFIG, [], False
+    args = list(argv)
+    while args:
+        arg = args.pop(0)
+        if arg in ("-h", "--help", "--helpfull"):
+            raise SystemExit(print(USAGE) or 0)
+        if arg == "--dry_run":
+            dry_run = True
+        elif arg.startswith("--config="):
+            spec = arg[len("--config="):]
+        elif arg == "--config" and args:
+            spec = args.pop(0)
+        elif arg.startswith("--config."):
+            overrides.append(arg[len("--config."):])
+        else:
+            raise ValueError(f"unknown argument {arg!r}\n{USAGE}")
+    return spec, overrides, dry_run
 
 
-def main(argv: list[str]) -> int:
-    if len(argv) > 1:
-        print(f"error: unexpected arguments {argv[1:]}", file=sys.stderr)
-        return 2
-    if not flags.FLAGS["verbosity"].present:
-        logging.set_verbosity(logging.WARNING)  # keeps JAX's backend probing out of the output
-    cfg = _CONFIG.value
+def describe(cfg: RunConfig) -> str:
+    """A few lines a person reads before a long run (the full config goes to <workdir>/config.json)."""
+    models = ", ".join(f"{role} {getattr(cfg.model, role).path}" for role in ("policy", "reward"))
+    return (f"config {cfg.config_file}: scenario {cfg.scenario}, ablation {cfg.ablation}, seed {cfg.seed}\n"
+            f"  {cfg.loop.total_steps} RL steps of {cfg.rollout.tasks_per_step} tasks x G={cfg.rollout.group_size}, "
+            f"m={cfg.reward.num_judgments}; warm start {'on' if cfg.warm_start.enabled else 'off'}; {models}\n"
+            f"  outputs: {os.path.abspath(cfg.workdir)}")
+
+
+def _quiet_libraries() -> None:
+    # JAX's backend probing and absl's pre-init warnings would otherwise open every run.
+    from absl import logging as absl_logging
+
+    absl_logging.set_verbosity(absl_logging.WARNING)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def main(argv: Sequence[str]) -> int:
     try:
-        validate(cfg)
-    except ConfigError as error:
+        spec, overrides, dry_run = parse_args(argv)
+        cfg = load_config(spec, overrides)
+    except (ConfigError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    print("# resolved config")
-    print(cfg)
-    if _DRY_RUN.value:
+    if dry_run:
+        print(json.dumps(dataclasses.asdict(cfg), indent=2, default=str))
         return 0
-    if cfg.demo.prompt:
-        try:
-            answer = run_demo(cfg)
-        except (FileNotFoundError, ValueError) as error:
-            print(f"error: {error}", file=sys.stderr)
-            return 1
-        print(f"# demo\nuser: {cfg.demo.prompt}\nassistant: {answer}")
-        return 0
+    _quiet_libraries()
+    _log(describe(cfg))
     from rlanything_jax.loop import EnvironmentFailure
-    from rlanything_jax.run import run_rl
+    from rlanything_jax.run import RunError, finished_step, run_rl
 
     try:
         summary = run_rl(cfg, log=_log)
-    except (FileNotFoundError, ValueError, EnvironmentFailure) as error:
+    except (ConfigError, RunError, FileNotFoundError, ValueError, EnvironmentFailure) as error:
         print(f"error: {error}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(error, (ConfigError, RunError, FileNotFoundError)) else 1
     except KeyboardInterrupt:
-        _log("interrupted: re-run the same command to resume from the last checkpoint")
+        step = finished_step(Path(cfg.workdir).resolve()) if os.path.isdir(cfg.workdir) else None
+        if step is None:
+            _log("interrupted before the first checkpoint (it is written after the warm start and the step-0 "
+                 "evaluation): nothing was saved, so re-running starts over")
+        else:
+            _log(f"interrupted: re-run the same command to resume from step {step}")
         return 130
-    print("# summary")
     print(json.dumps(summary, indent=2))
+    _log(f"done. Outputs in {os.path.abspath(cfg.workdir)}: summary.json, metrics.jsonl, curves.png, "
+         f"tensorboard/, checkpoints/")
     return 0
 
 
 def run() -> None:
-    app.run(lambda argv: sys.exit(main(argv)))
+    sys.exit(main(sys.argv[1:]))
 
 
 if __name__ == "__main__":

@@ -1,13 +1,16 @@
-"""The ablation rows switch exactly the components the paper's Table 1 and Fig. 1 name."""
+"""The ablation rows switch exactly the components the paper's Table 1 and Fig. 1 name; the scenario's
+reward-model use and expert reach the loop."""
 
 from pathlib import Path
 
 import pytest
 
+from rlanything_jax.agents.scenario import JUDGE_STEPS, WRITE_UNIT_TESTS
 from rlanything_jax.agents.trajectory import Episode, StepRecord
-from rlanything_jax.assemble import expert_step_label, loop_settings
+from rlanything_jax.assemble import build_scenario, loop_settings
 from rlanything_jax.config import load_config
-from rlanything_jax.envs.base import Observation, Task
+from rlanything_jax.envs.base import Observation
+from rlanything_jax.scenarios import make_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -21,28 +24,39 @@ ROOT = Path(__file__).resolve().parent.parent
 ])
 def test_ablation_rows(row, judge, train_rm, adapt, outcome_w, step_w):
     cfg = load_config(str(ROOT / "configs/alfworld.py:scratch"), [f"ablation={row}"])
-    settings = loop_settings(cfg)
+    settings = loop_settings(cfg, build_scenario(cfg))
     assert (settings.judge_steps, settings.train_reward_model, settings.adapt_environment) == (judge, train_rm, adapt)
     assert (settings.signal.outcome_weight, settings.signal.step_weight) == (outcome_w, step_w)
     assert settings.rollout.group_size == cfg.rollout.group_size and settings.judge.num_judgments == 3
 
 
+def test_coding_reward_model_writes_unit_tests_unless_outcome_only():
+    cfg = load_config(str(ROOT / "configs/coding.py:cpu"))
+    assert loop_settings(cfg, build_scenario(cfg)).reward_model_use == WRITE_UNIT_TESTS
+    cfg = load_config(str(ROOT / "configs/coding.py:cpu"), ["ablation=outcome_only"])
+    assert loop_settings(cfg, build_scenario(cfg)).reward_model_use is None
+    cfg = load_config(str(ROOT / "configs/alfworld.py:cpu"))
+    assert loop_settings(cfg, build_scenario(cfg)).reward_model_use == JUDGE_STEPS
+
+
 def test_expert_step_labels(tmp_path):
-    from rlanything_jax.envs import alfworld
-    from rlanything_jax.envs.alfworld_knobs import GameKnobs
+    from rlanything_jax.scenarios.alfworld import env as alfworld
+    from rlanything_jax.scenarios.alfworld.knobs import GameKnobs
+
+    walkthrough_expert = make_scenario("alfworld", {"step_labels": "walkthrough"}).expert
+    search_expert = make_scenario("alfworld", {"step_labels": "search"}).expert
 
     task = alfworld.make_task(0, "pick_and_place_simple", GameKnobs(num_receptacles=4, num_distractors=0), tmp_path)
     plan = alfworld.expert_actions(task)
     actions = [plan[0], "look", plan[0], plan[1]]   # progress, no progress, a repeat, progress
     steps = [StepRecord(Observation("o"), [], [], [], "", "stop", action, "ok") for action in actions]
     episode = Episode(task=task, group_index=0, steps=steps)
-    assert [expert_step_label(episode, t) for t in range(4)] == [1, -1, -1, 1]
+    assert [walkthrough_expert.step_label(episode, t) for t in range(4)] == [1, -1, -1, 1]
     # The goal receptacle first: a wrong guess for the walkthrough's expert, a fair look for the searcher.
     goal = next(a for a in plan[1:] if a.startswith("go to "))
     steps = [StepRecord(Observation("o"), [], [], [], "", "stop", action, "ok") for action in
              [goal, "look", goal, plan[0]]]
     episode = Episode(task=task, group_index=0, steps=steps)
-    assert [expert_step_label(episode, t) for t in range(4)] == [-1, -1, -1, 1]
-    assert [expert_step_label(episode, t, kind="search") for t in range(4)] == [1, -1, -1, 1]
-    coding = Episode(task=Task("c", "coding", "q"), group_index=0, steps=steps[:1])
-    assert expert_step_label(coding, 0) is None
+    assert [walkthrough_expert.step_label(episode, t) for t in range(4)] == [-1, -1, -1, 1]
+    assert [search_expert.step_label(episode, t) for t in range(4)] == [1, -1, -1, 1]
+    assert make_scenario("coding").expert.step_label(episode, 0) is None   # its reward model judges no steps

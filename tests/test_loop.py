@@ -39,8 +39,7 @@ from rlanything_jax.agents.judging import ParsedJudgment
 from rlanything_jax.config import load_config
 from rlanything_jax.curriculum.adaptation import accept_candidate
 from rlanything_jax.curriculum.task_pool import Candidate, TaskPool, propose
-from rlanything_jax.envs import alfworld
-from rlanything_jax.envs.alfworld_knobs import GameKnobs
+from rlanything_jax.scenarios.alfworld import env as alfworld
 from rlanything_jax.envs.runner import EnvRunner
 from rlanything_jax.loop import Services, SystemState, rl_step
 from rlanything_jax.rl.data import unpack
@@ -105,20 +104,21 @@ def _services(cfg, workdir: Path, runner) -> tuple[Services, SystemState, list]:
     """What `run.run_rl` builds (without warm start or checkpoints)."""
     # One device, as the default configuration runs on a CPU (the suite fakes 8, for sharding tests).
     mesh = sharding.build_mesh(dict(cfg.mesh.shape), devices=jax.devices()[:1])
-    tasks = assemble.build_tasks(cfg, workdir / "games")
+    scenario = assemble.build_scenario(cfg)
+    tasks = assemble.build_tasks(cfg, scenario, workdir / "games")
     expert_env = alfworld.AlfworldEnv()
     samplers, learners = {}, {}
     for role in ("policy", "reward"):
         directory = assemble.model_dir(cfg, role, workdir,
-                                       lambda: assemble.scratch_corpus(cfg, tasks.train, expert_env))
+                                       lambda: assemble.scratch_corpus(scenario, tasks.train, expert_env))
         model, tokenizer = assemble.load_model(cfg, role, directory, mesh)
         samplers[role] = assemble.sampler_for(cfg, model, tokenizer, mesh)
         learners[role] = assemble.learner_for(cfg, role, model, tokenizer, mesh)
     services = Services(policy_sampler=samplers["policy"], reward_sampler=samplers["reward"],
                         policy_learner=learners["policy"], reward_learner=learners["reward"], runner=runner,
-                        scenario=_HashedJudge(assemble.build_scenario(cfg)),
-                        generator=assemble.task_generator(cfg, workdir, None),
-                        step_labeler=assemble.expert_step_label, seed=cfg.seed, log=print)
+                        scenario=_HashedJudge(scenario.prompts),
+                        generator=assemble.task_generator(cfg, scenario, workdir, None),
+                        step_labeler=scenario.expert.step_label, seed=cfg.seed, log=print)
     state = SystemState(step=0, policy=init_train_state(samplers["policy"].params, learners["policy"].tx),
                         reward=init_train_state(samplers["reward"].params, learners["reward"].tx),
                         pool=TaskPool.from_tasks(tasks.train))
@@ -243,19 +243,19 @@ def _leaves_equal(a, b) -> bool:
 @pytest.mark.slow  # about 80 s on 2 CPU cores, nearly all of it compilation
 def test_two_loop_steps_route_candidates_rewards_and_advantages(tmp_path, monkeypatch):
     cfg = load_config("configs/default.py", OVERRIDES)
-    settings = assemble.loop_settings(cfg)
+    settings = assemble.loop_settings(cfg, assemble.build_scenario(cfg))
     signal = settings.signal
-    lam, m, penalty = signal.step_weight, signal.num_judgments, signal.invalid_penalty
+    lam, m, penalty = signal.step_weight, signal.num_judgments, signal.invalid_judgment_reward
     assert settings.pack_turns and settings.adapt_environment and settings.train_reward_model
-    assert (signal.policy_acc_low, signal.policy_acc_high, signal.rm_acc_low, signal.rm_acc_high) == \
+    assert (signal.policy_acc_low, signal.policy_acc_high, signal.band_low, signal.band_high) == \
         (1 / 8, 7 / 8, 0.2, 0.8)
     assert (settings.easier_at, settings.harder_at, settings.accept_low, settings.accept_high) == (0.2, 0.8, 0.2, 0.8)
     low, high = settings.accept_low, settings.accept_high
 
-    runner = EnvRunner(num_workers=1, step_timeout_s=cfg.env.step_timeout_s)
+    runner = EnvRunner(num_workers=1, step_timeout_s=cfg.env.step_timeout_s, env_modules=(alfworld.__name__,))
     try:
         services, state, (t0, t1, t2, t3) = _services(cfg, tmp_path, runner)
-        seeded = alfworld.make_task(100, "pick_and_place_simple", GameKnobs(**dict(cfg.env.knobs)),
+        seeded = alfworld.make_task(100, "pick_and_place_simple", cfg.tasks.game_knobs(),
                                     str(tmp_path / "games"))
         state = dataclasses.replace(state, pool=propose(state.pool, 3, Candidate(seeded, "harder", 0.5, 0)))
         script = _Script()

@@ -12,7 +12,7 @@ def test_a_step_with_every_episode_failed_in_the_environment_stops_with_the_reas
     """A game file that is gone: the real runner reports every reset as an error, and the loop stops
     with that reason instead of training on nothing for the rest of the run."""
     task = Task("gone", "alfworld", "put a pillow on the bed", {"game_file": str(tmp_path / "gone.tw-pddl")})
-    runner = EnvRunner(num_workers=1)
+    runner = EnvRunner(num_workers=1, env_modules=("rlanything_jax.scenarios.alfworld.env",))
     try:
         results = runner.reset({0: task, 1: task})
     finally:

@@ -14,6 +14,8 @@ import dataclasses
 import functools
 from typing import Any, Mapping
 
+Message = Mapping[str, str]  # {"role": ..., "content": ...}
+
 _PLACEHOLDER_REPLY = "\u2063reply\u2063"  # invisible separator: never appears in real text
 
 

@@ -10,24 +10,16 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections import Counter
-from typing import Mapping, Protocol, Sequence
+from typing import Protocol, Sequence
 
 import numpy as np
 
-from rlanything_jax.agents.trajectory import Episode, StepRecord
+from rlanything_jax.agents.chat_tokens import Message
+from rlanything_jax.agents.trajectory import Episode, ParsedJudgment, StepRecord
 from rlanything_jax.envs.base import Task
 from rlanything_jax.sampling.sampler import Sampler
 from rlanything_jax.sampling.strategies import make_strategy
-
-Message = Mapping[str, str]
-
-
-@dataclasses.dataclass(frozen=True)
-class ParsedJudgment:
-    score: int      # -1, 0 or +1
-    valid: bool     # False when the output had no usable score (score is then 0)
-    status: str
-
+from rlanything_jax.seeds import derive_seed
 
 class JudgeScenario(Protocol):
     name: str
@@ -71,7 +63,7 @@ def judge_prompts(reward_model: Sampler, scenario: JudgeScenario, prompts: Seque
     for chunk_index, start in enumerate(range(0, len(order), prompts_per_call)):
         chunk = order[start:start + prompts_per_call]
         completions = reward_model.generate([list(prompts[i]) for i in chunk], config.max_new_tokens, strategy,
-                                            seed=config.seed * 1_000_003 + chunk_index, num_samples=m)
+                                            seed=derive_seed(config.seed, "chunk", chunk_index), num_samples=m)
         for index, completion in enumerate(completions):  # prompt-major: m samples of chunk[0], then chunk[1]...
             parsed = scenario.parse_judgment(completion.text or "")
             metrics[f"parse/{scenario.name}_judgment/{parsed.status}"] += 1

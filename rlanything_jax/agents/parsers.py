@@ -1,6 +1,5 @@
-"""Parsers for what the policy, the reward model and the environment model write
-in the text-game scenarios (ALFWorld/TextWorld), the shared `\\boxed{}` reader and
-`ParseCounter`; the coding scenario's parsers are in `coding_parsers.py`.
+"""The shared `\\boxed{}` reader, the reference's reading of a reward model's +1/-1 judgment, and
+`ParseCounter`; scenarios keep their own parsers (`scenarios/<name>/parsers.py`).
 
 Every parser is a pure function that never raises: any input (None, huge, odd
 unicode) gives a small frozen result whose `status` says which rule fired, so
@@ -22,8 +21,7 @@ _BRACE = re.compile(r"[{}]")
 _INTEGER = re.compile(r"[-+]?\d+")
 # The look-behind makes each digit run start a match only once: linear time on long digit strings.
 _FRACTION = re.compile(r"(?<!\d)\d+\s*/\s*\d")
-_MINUS_LOOKALIKES = str.maketrans({"\u2212": "-", "\u2013": "-"})
-_MAX_INDEX_DIGITS = 9  # longer numbers are out of range anyway; int() of huge strings is slow or refused
+MINUS_LOOKALIKES = str.maketrans({"\u2212": "-", "\u2013": "-"})
 
 
 def as_text(value: Any) -> str:
@@ -65,42 +63,6 @@ def last_boxed(text: Any) -> Boxed:
 
 
 @dataclasses.dataclass(frozen=True)
-class ActionChoice:
-    index: int   # always in [0, num_actions) (0 when there are no actions)
-    status: str  # "ok" | "no_boxed" | "unclosed_boxed" | "not_integer" | "out_of_range" | "no_actions"
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "ok"
-
-
-def parse_action_index(text: Any, num_actions: int) -> ActionChoice:
-    """The first integer in the last `\\boxed{}`, clamped into range as in the reference.
-
-    No readable integer gives index 0.
-    """
-    if num_actions <= 0:
-        return ActionChoice(0, "no_actions")
-    boxed = last_boxed(text)
-    if boxed.content is None:
-        return ActionChoice(0, boxed.status)
-    match = re.search(r"-?\d+", boxed.content.translate(_MINUS_LOOKALIKES))
-    if match is None:
-        return ActionChoice(0, "not_integer")
-    token = match.group()
-    negative = token.startswith("-")
-    digits = token.lstrip("-").lstrip("0") or "0"
-    if negative and digits != "0":
-        return ActionChoice(0, "out_of_range")
-    if len(digits) > _MAX_INDEX_DIGITS or int(digits) >= num_actions:
-        return ActionChoice(num_actions - 1, "out_of_range")
-    return ActionChoice(int(digits), "ok")
-
-
-# ---------------------------------------------------------------- reward model: judgment
-
-
-@dataclasses.dataclass(frozen=True)
 class Judgment:
     score: int   # +1, -1, or 0 when invalid
     valid: bool  # the vote counts as S in {-1, +1}; invalid votes get the RM's penalty
@@ -127,7 +89,7 @@ def parse_judgment(text: Any) -> Judgment:
     boxed = last_boxed(text)
     if boxed.content is None:
         return Judgment(0, False, boxed.status)
-    content = boxed.content.strip().translate(_MINUS_LOOKALIKES)
+    content = boxed.content.strip().translate(MINUS_LOOKALIKES)
     if content in ("1", "+1"):
         return Judgment(1, True, "ok")
     if content == "-1":
@@ -138,65 +100,6 @@ def parse_judgment(text: Any) -> Judgment:
     if len(votes) == 1:
         return Judgment(votes[0], True, "extracted")
     return Judgment(0, False, "invalid")
-
-
-# ---------------------------------------------------------------- environment model (ALFWorld)
-
-
-@dataclasses.dataclass(frozen=True)
-class GoalTypes:
-    types: tuple[str, str] | None  # raw tokens as written; callers add the "Type" suffix if missing
-    status: str  # "ok" | "space_separated" (read, not comma-separated) | "no_boxed" | "unclosed_boxed"
-    #              | "not_two_tokens"
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "ok"
-
-
-_OUTER_BRACKETS = re.compile(r"^[\[({<\s]+|[\])}>\s]+$")
-_QUOTES = "'\"`"
-
-
-def parse_goal_types(text: Any) -> GoalTypes:
-    """`\\boxed{TYPE_A,TYPE_B}` -> ("TYPE_A", "TYPE_B"); extra tokens after two are ignored.
-
-    Full-width commas count as commas; brackets and quotes around tokens are dropped.
-    """
-    boxed = last_boxed(text)
-    if boxed.content is None:
-        return GoalTypes(None, boxed.status)
-    content = boxed.content.replace("\uff0c", ",").replace("\u3001", ",")
-    content = _OUTER_BRACKETS.sub("", content.strip())
-    parts = [p.strip().strip(_QUOTES).strip() for p in content.split(",")]
-    parts = [p for p in parts if p]
-    if len(parts) >= 2:
-        return GoalTypes((parts[0], parts[1]), "ok")
-    # The prompt's design line says "`<OBJ_TYPE> <REC_TYPE>`", so two bare words are read too
-    # (the reference rejected them).
-    words = [w.strip(_QUOTES) for w in content.split()]
-    if "," not in content and len(words) == 2 and all(words):
-        return GoalTypes((words[0], words[1]), "space_separated")
-    return GoalTypes(None, "not_two_tokens")
-
-
-@dataclasses.dataclass(frozen=True)
-class FailureSummary:
-    summary: str  # "" unless ok
-    status: str   # "ok" | "no_boxed" | "unclosed_boxed" | "empty"
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "ok"
-
-
-def parse_failure_summary(text: Any) -> FailureSummary:
-    """The stripped content of the last `\\boxed{}`; the 2-sentence limit is asked, not enforced."""
-    boxed = last_boxed(text)
-    if boxed.content is None:
-        return FailureSummary("", boxed.status)
-    summary = boxed.content.strip()
-    return FailureSummary(summary, "ok" if summary else "empty")
 
 
 # ---------------------------------------------------------------- metrics

@@ -15,22 +15,14 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections import Counter
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
-from rlanything_jax.agents.chat_tokens import first_prompt, turn_delta
-from rlanything_jax.agents.trajectory import Episode, StepRecord
+from rlanything_jax.agents.chat_tokens import Message, first_prompt, turn_delta
+from rlanything_jax.agents.trajectory import Episode, ParsedAction, StepRecord
 from rlanything_jax.envs.base import Observation, Task
 from rlanything_jax.sampling.sampler import Conversation, Sampler, bucket_length
 from rlanything_jax.sampling.strategies import SamplingStrategy, make_strategy
-
-Message = Mapping[str, str]
-
-
-@dataclasses.dataclass(frozen=True)
-class ParsedAction:
-    action: str
-    status: str   # "ok" or the parser's fallback reason (counted in metrics)
-
+from rlanything_jax.seeds import derive_seed
 
 class Scenario(Protocol):
     """How a task family talks to the policy and the reward model."""
@@ -47,7 +39,7 @@ class Scenario(Protocol):
 @dataclasses.dataclass(frozen=True)
 class RolloutConfig:
     group_size: int = 8               # G rollouts per task
-    max_steps: int = 40
+    max_turns: int = 40
     max_new_tokens: int = 256         # per policy turn
     max_context_tokens: int = 4096    # per episode: history + next turn must fit
     temperature: float = 0.8
@@ -100,7 +92,7 @@ def play_episodes(policy: Sampler, runner: Any, scenario: Scenario, tasks: Seque
 
     conversation: Conversation | None = None
     stop_texts = {t: tokenizer.decode([t]) for t in tokenizer.stop_token_ids}
-    for turn in range(config.max_steps):
+    for turn in range(config.max_turns):
         live = [s for s in live if _fits(s, config, policy, metrics)]
         if not live:
             break
@@ -144,7 +136,7 @@ def play_episodes(policy: Sampler, runner: Any, scenario: Scenario, tasks: Seque
             still_live.append(slot)
         live = still_live
         if progress:
-            progress(f"turn {turn + 1}/{config.max_steps}: {len(live)} episodes live")
+            progress(f"turn {turn + 1}/{config.max_turns}: {len(live)} episodes live")
     for slot in live:
         _end(slot.episode, "max_steps", metrics)
     for i in range(len(episodes)):
@@ -211,5 +203,5 @@ def _generate_turn(policy: Sampler, conversation: Conversation, live: list[_Live
     if appended:
         policy.extend(conversation, rows)
     completions = policy.decode(conversation, config.max_new_tokens, config.strategy,
-                                seed=config.seed * 100_003 + turn, stop_strings=config.stop_strings)
+                                seed=derive_seed(config.seed, "turn", turn), stop_strings=config.stop_strings)
     return [completions[slot.row] for slot in live]

@@ -1,4 +1,5 @@
-"""What a rollout records, and its conversion to the arrays the reward and advantage functions take."""
+"""What a rollout records (steps, episodes, parsed answers, expert steps), and its conversion to the
+arrays the reward and advantage functions take."""
 
 from __future__ import annotations
 
@@ -8,6 +9,34 @@ from typing import Sequence
 import numpy as np
 
 from rlanything_jax.envs.base import Observation, Task
+
+
+@dataclasses.dataclass(frozen=True)
+class ParsedAction:
+    action: str
+    status: str   # "ok" or the parser's fallback reason (counted in metrics)
+
+
+@dataclasses.dataclass(frozen=True)
+class ParsedJudgment:
+    score: int      # -1, 0 or +1
+    valid: bool     # False when the output had no usable score (score is then 0)
+    status: str
+
+
+@dataclasses.dataclass(frozen=True)
+class ExpertStep:
+    """One step of an expert's play: what it saw, did and saw next."""
+    observation: Observation
+    action: str
+    next_observation: Observation
+
+
+@dataclasses.dataclass(frozen=True)
+class LabelledStep:
+    """A step for the reward model to judge: the expert's steps so far, then the judged one, and its label."""
+    steps: tuple[ExpertStep, ...]
+    label: int
 
 
 @dataclasses.dataclass

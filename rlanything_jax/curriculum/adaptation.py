@@ -8,6 +8,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 HARDER, KEEP, EASIER = 1, 0, -1
+DIRECTIONS = ("harder", "easier")  # what a task generator is asked for
 _GOALS = {"harder": HARDER, "easier": EASIER, "keep": KEEP}
 
 

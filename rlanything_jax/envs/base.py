@@ -2,8 +2,9 @@
 
 A `Task` is plain, picklable data (so worker processes can rebuild an environment
 from it); an `Env` plays one multi-turn episode of one task at a time. Environments
-are registered by `Task.kind` so that the vectorised runner (`envs/runner.py`) and
-the rollout engine never import a family directly.
+are registered by `Task.kind` (a scenario's env module calls `register_env` when
+imported) so that the vectorised runner (`envs/runner.py`) and the rollout engine
+never import a family directly.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any, Callable, Protocol
 @dataclasses.dataclass(frozen=True)
 class Task:
     task_id: str                  # unique and stable: the task pool and metrics key on it
-    kind: str                     # registry key: "alfworld", "textworld", "coding", ...
+    kind: str                     # the env registry key (`register_env`)
     goal: str                     # the instruction as the agent reads it
     payload: dict[str, Any] = dataclasses.field(default_factory=dict, hash=False, compare=False)
     # family-specific, JSON-serialisable data: a game file path, problem and tests, knobs, ...
@@ -54,21 +55,9 @@ def register_env(kind: str, factory: EnvFactory) -> None:
 
 def make_env(kind: str) -> Env:
     if kind not in _REGISTRY:
-        _import_builtin_families()
-    if kind not in _REGISTRY:
-        raise KeyError(f"no environment registered for task kind {kind!r}; known: {sorted(_REGISTRY)}")
+        raise KeyError(f"no environment registered for task kind {kind!r} (registered: {sorted(_REGISTRY)}); "
+                       "import the module that registers it (a scenario's `env_module`)")
     return _REGISTRY[kind]()
-
-
-def _import_builtin_families() -> None:
-    """Importing a family module registers it; missing optional engines are skipped."""
-    import importlib
-
-    for module in ("alfworld", "textworld", "coding"):
-        try:
-            importlib.import_module(f"rlanything_jax.envs.{module}")
-        except ImportError:
-            pass
 
 
 class InProcessRunner:

@@ -16,25 +16,20 @@ have finished, without running anything.
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import json
 import shutil
 import statistics
 import sys
 from pathlib import Path
 
-from absl import app, flags, logging
-from ml_collections import config_flags
-
-from rlanything_jax.config import ABLATIONS, DEFAULT_CONFIG, ConfigError, validate
-
-_CONFIG = config_flags.DEFINE_config_file("config", default=DEFAULT_CONFIG, help_string="the run to ablate")
-_SEEDS = flags.DEFINE_integer("seeds", 3, "seeds per row")
-_ROWS = flags.DEFINE_list("rows", list(ABLATIONS), "ablation rows to run")
-_REPORT_ONLY = flags.DEFINE_bool("report_only", False,
-                                 "write the table and plot from the runs that have finished; run nothing")
+from rlanything_jax.config import ABLATIONS, load_config
+from rlanything_jax.main import parse_args
+from rlanything_jax.validation import ConfigError
 
 COLUMNS = (("held_out_success_start", "held-out success (start)"), ("held_out_success_end", "held-out success (end)"),
-           # The fixed probe of expert-labelled held-out steps (judge_probe): after the warm start and at the end.
+           # The fixed probe of expert-labelled held-out steps (probe.py): after the warm start and at the end.
            ("reward_model/probe_step_accuracy_first", "RM probe step acc (start)"),
            ("reward_model/probe_step_accuracy_last", "RM probe step acc (end)"),
            # On each step's own rollouts, which move with the policy.
@@ -100,37 +95,39 @@ def start_from_warm_start(warm_dir: Path, row_dir: Path) -> None:
 
 
 def main(argv: list[str]) -> int:
-    del argv
-    if not flags.FLAGS["verbosity"].present:
-        logging.set_verbosity(logging.WARNING)  # as `main`: JAX's backend probing stays out of the output
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seeds", type=int, default=3, help="seeds per row")
+    parser.add_argument("--rows", default=",".join(ABLATIONS), help="comma-separated ablation rows to run")
+    parser.add_argument("--report_only", action="store_true",
+                        help="write the table and plot from the runs that have finished; run nothing")
+    args, config_args = parser.parse_known_args(argv)
+    rows = [row for row in args.rows.split(",") if row]
+    try:
+        spec, overrides, _ = parse_args(config_args)
+        base = load_config(spec, overrides)
+        unknown = [row for row in rows if row not in ABLATIONS]
+        if unknown:
+            raise ConfigError("ablation", f"unknown row; rows: {', '.join(ABLATIONS)}", unknown[0])
+    except (ConfigError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     from rlanything_jax.run import run_rl
 
-    base = _CONFIG.value
     root = Path(base.workdir) / "ablation"
     summaries: dict[str, list[dict]] = {}
-    unknown = [row for row in _ROWS.value if row not in ABLATIONS]
-    if unknown:
-        print(f"error: unknown row {unknown[0]!r}; rows: {', '.join(ABLATIONS)}", file=sys.stderr)
-        return 2
-    for row in _ROWS.value:
-        for seed_index in range(_SEEDS.value):
-            cfg = base.copy_and_resolve_references()
-            cfg.ablation, cfg.seed = row, base.seed + seed_index
-            cfg.workdir = str(root / row / f"seed{seed_index}")
-            try:
-                validate(cfg)
-            except ConfigError as error:
-                print(f"error: {error}", file=sys.stderr)
-                return 2
-            if _REPORT_ONLY.value:
+    for row in rows:
+        for seed_index in range(args.seeds):
+            cfg = dataclasses.replace(base, ablation=row, seed=base.seed + seed_index,
+                                      workdir=str(root / row / f"seed{seed_index}"))
+            if args.report_only:
                 finished = _finished_summary(Path(cfg.workdir), cfg.loop.total_steps)
                 if finished is not None:
                     summaries.setdefault(row, []).append(finished)
                 continue
             if cfg.warm_start.enabled:
-                warm = cfg.copy_and_resolve_references()
-                warm.ablation, warm.loop.total_steps = "rlanything", 0  # the warm start does not read the row
-                warm.workdir = str(root / "warm_start" / f"seed{seed_index}")
+                # The warm start does not read the row: one 0-step run per seed, copied into every row.
+                warm = dataclasses.replace(cfg, ablation="rlanything", loop=dataclasses.replace(cfg.loop, total_steps=0),
+                                           workdir=str(root / "warm_start" / f"seed{seed_index}"))
                 if not (Path(warm.workdir) / "summary.json").exists():  # written when it has finished
                     print(f"[ablation] warm start, seed {cfg.seed}: {warm.workdir}", flush=True)
                     run_rl(warm, log=lambda m: print(f"[warm start] {m}", flush=True))
@@ -165,4 +162,4 @@ def _report(root: Path, summaries: dict[str, list[dict]], final: bool) -> None:
 
 
 if __name__ == "__main__":
-    app.run(lambda argv: sys.exit(main(argv)))
+    sys.exit(main(sys.argv[1:]))

@@ -6,19 +6,10 @@ import time
 
 import pytest
 
-from rlanything_jax.agents.coding_parsers import (
-    parse_code_block,
-    parse_generated_task,
-    parse_unit_test,
-)
-from rlanything_jax.agents.parsers import (
-    ParseCounter,
-    last_boxed,
-    parse_action_index,
-    parse_failure_summary,
-    parse_goal_types,
-    parse_judgment,
-)
+from rlanything_jax.agents.parsers import ParseCounter, last_boxed, parse_judgment
+from rlanything_jax.scenarios.alfworld.goal_prompts import parse_goal_types
+from rlanything_jax.scenarios.coding.parsers import parse_code_block, parse_generated_task, parse_unit_test
+from rlanything_jax.scenarios.text_games.parsers import parse_action_index, parse_failure_summary
 
 # ---------------------------------------------------------------- \boxed{}
 

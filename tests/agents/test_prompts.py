@@ -2,9 +2,12 @@
 
 import pytest
 
-from rlanything_jax.agents import coding_prompts, prompts
-from rlanything_jax.agents.coding_prompts import TestCases
-from rlanything_jax.agents.prompts import PolicyDialogue
+from rlanything_jax.curriculum.adaptation import DIRECTIONS
+from rlanything_jax.scenarios.alfworld import goal_prompts
+from rlanything_jax.scenarios.coding import prompts as coding_prompts
+from rlanything_jax.scenarios.text_games import prompts
+from rlanything_jax.scenarios.coding.prompts import TestCases
+from rlanything_jax.scenarios.text_games.prompts import PolicyDialogue
 from rlanything_jax.models.tokenizer import Tokenizer
 
 OBS0 = "You are in the middle of a room. Looking around you, you see a fridge 1.\n\nYour task is to: put a cool apple in fridge."
@@ -133,7 +136,7 @@ def test_every_builder_renders_with_a_chat_template(qwen25_tokenizer):
         prompts.policy_messages_full_history([OBS0], [], ACTIONS0),
         prompts.judge_messages("p", "r", "o"),
         prompts.failure_summary_messages("task", [OBS0], ["look"], 40, [0]),
-        prompts.goal_rewrite_messages("init", "pick_and_place_simple", ["AppleType"], ["FridgeType"], "harder", 1.0),
+        goal_prompts.goal_rewrite_messages("init", "pick_and_place_simple", ["AppleType"], ["FridgeType"], "harder", 1.0),
         coding_prompts.coding_policy_messages("problem"),
         coding_prompts.unit_test_messages("problem"),
         coding_prompts.task_generation_messages("harder", "root", tests, "current", tests, tests),
@@ -172,12 +175,12 @@ def test_failure_summary_prompt():
     assert "High-risk" not in empty and "(empty trajectory)" in empty and "(unknown task)" in empty
 
 
-@pytest.mark.parametrize("task_type", prompts.ALFWORLD_TASK_TYPES)
-@pytest.mark.parametrize("direction", prompts.DIRECTIONS)
+@pytest.mark.parametrize("task_type", goal_prompts.ALFWORLD_TASK_TYPES)
+@pytest.mark.parametrize("direction", DIRECTIONS)
 def test_goal_rewrite_prompt(task_type, direction):
     objects = ["DeskLampType", "KeyChainType"] if task_type == "look_at_obj_in_light" else ["AppleType"]
     receptacles = [] if task_type == "look_at_obj_in_light" else ["FridgeType"]
-    text = _user(prompts.goal_rewrite_messages("### Object classes\n- AppleType: apple1", task_type, objects,
+    text = _user(goal_prompts.goal_rewrite_messages("### Object classes\n- AppleType: apple1", task_type, objects,
                                                receptacles, direction, 0.875, [(3, "Looped."), (1, " Lost. ")],
                                                attempt=2, num_attempts=8))
     assert text.startswith("Review the following details about an interactive environment. A related task will follow.\n"
@@ -194,13 +197,13 @@ def test_goal_rewrite_prompt(task_type, direction):
 
 
 def test_goal_rewrite_prompt_edge_cases():
-    text = _user(prompts.goal_rewrite_messages("init", "unknown", [], [], "easier", 0.0))
+    text = _user(goal_prompts.goal_rewrite_messages("init", "unknown", [], [], "easier", 0.0))
     assert "Failure summaries" not in text and "(Attempt" not in text
     assert text.endswith("**Original goal**: (unknown task type).")
-    missing = prompts.goal_brief("pick_and_place_simple", [], [], "harder", 1.0)
+    missing = goal_prompts.goal_brief("pick_and_place_simple", [], [], "harder", 1.0)
     assert "\\boxed{<?>, <?>}" in missing
     with pytest.raises(ValueError):
-        prompts.goal_rewrite_messages("init", "pick_and_place_simple", ["A"], ["B"], "same", 0.5)
+        goal_prompts.goal_rewrite_messages("init", "pick_and_place_simple", ["A"], ["B"], "same", 0.5)
 
 
 # ---------------------------------------------------------------- coding

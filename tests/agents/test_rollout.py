@@ -7,16 +7,16 @@ import pytest
 
 from rlanything_jax.agents.judging import JudgeConfig, judge_episodes
 from rlanything_jax.agents.rollout import RolloutConfig, play_episodes
-from rlanything_jax.agents.text_game import TextGameScenario
-from rlanything_jax.envs import alfworld
-from rlanything_jax.envs.alfworld_knobs import GameKnobs
+from rlanything_jax.scenarios.text_games.reference import ReferencePrompts
+from rlanything_jax.scenarios.alfworld import env as alfworld
+from rlanything_jax.scenarios.alfworld.knobs import GameKnobs
 from rlanything_jax.envs.base import Task
 from rlanything_jax.envs.runner import EnvRunner
 from rlanything_jax.models import load_pretrained
 from rlanything_jax.sampling.sampler import Sampler, SamplerConfig
 from tests import hf_reference
 
-SCENARIO = TextGameScenario()
+SCENARIO = ReferencePrompts()
 KNOBS = GameKnobs(num_receptacles=5, num_distractors=1)
 
 
@@ -36,12 +36,12 @@ def tasks(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def runner():
-    with EnvRunner(num_workers=2, env_modules=("tests.envs.toy_envs",)) as r:
+    with EnvRunner(num_workers=2, env_modules=("tests.envs.toy_envs", alfworld.__name__)) as r:
         yield r
 
 
 def _check_well_formed(episode, config):
-    assert 1 <= len(episode.steps) <= config.max_steps
+    assert 1 <= len(episode.steps) <= config.max_turns
     for before, after in zip(episode.steps, episode.steps[1:]):
         # The cache is reused: each turn's prompt extends the previous prompt and response.
         head = before.prompt_tokens + before.response_tokens
@@ -54,7 +54,7 @@ def _check_well_formed(episode, config):
 
 
 def test_random_policy_rollout_and_judgments_are_well_formed(sampler, tasks, runner):
-    config = RolloutConfig(group_size=2, max_steps=3, max_new_tokens=8, max_context_tokens=8192)
+    config = RolloutConfig(group_size=2, max_turns=3, max_new_tokens=8, max_context_tokens=8192)
     metrics = Counter()
     episodes = play_episodes(sampler, runner, SCENARIO, tasks, config, metrics=metrics)
     assert len(episodes) == 6 and {e.group_index for e in episodes} == {0, 1}
@@ -79,7 +79,7 @@ def test_random_policy_rollout_and_judgments_are_well_formed(sampler, tasks, run
 def test_forced_expert_actions_win_every_game(sampler, tasks, runner):
     plans = {t.task_id: alfworld.expert_actions(t) for t in tasks}
     longest = max(len(p) for p in plans.values())
-    config = RolloutConfig(group_size=2, max_steps=longest + 1, max_new_tokens=4, max_context_tokens=8192)
+    config = RolloutConfig(group_size=2, max_turns=longest + 1, max_new_tokens=4, max_context_tokens=8192)
 
     def expert(episode, observation):
         return plans[episode.task.task_id][len(episode.steps) - 1]
@@ -91,7 +91,7 @@ def test_forced_expert_actions_win_every_game(sampler, tasks, runner):
 
 def test_an_environment_killed_mid_episode_ends_only_its_episode(sampler, tasks, runner):
     doomed = Task("toy/doomed", "toy", "reach a multiple of 3")
-    config = RolloutConfig(group_size=1, max_steps=3, max_new_tokens=4, max_context_tokens=8192)
+    config = RolloutConfig(group_size=1, max_turns=3, max_new_tokens=4, max_context_tokens=8192)
 
     def kill_toy_on_second_step(episode, observation):
         return "sigkill" if episode.task.kind == "toy" and len(episode.steps) == 2 else None

@@ -7,7 +7,7 @@ import pytest
 
 from rlanything_jax.agents.trajectory import Episode, StepRecord
 from rlanything_jax.envs.base import Observation, Task
-from rlanything_jax.rl.examples import SignalConfig, policy_examples, reward_model_examples
+from rlanything_jax.agents.examples import SignalConfig, policy_examples, reward_model_examples
 
 TASK = Task("t", "alfworld", "goal")
 
@@ -73,7 +73,7 @@ def test_balanced_reward_model_labels_weigh_both_signs_equally():
     won = _episode(0, True, [[1, 1, -1]])
     lost = _episode(1, False, [[1, -1, -1], [-1, -1, -1], [-1, -1, -1]])
     plain = [e.advantage for e in reward_model_examples({"t": [won, lost]}, SignalConfig())]
-    balanced = [e.advantage for e in reward_model_examples({"t": [won, lost]}, SignalConfig(balance_rm_labels=True))]
+    balanced = [e.advantage for e in reward_model_examples({"t": [won, lost]}, SignalConfig(balance_labels=True))]
     np.testing.assert_allclose(balanced, np.array(plain) * np.repeat([2.0, 2 / 3, 2 / 3, 2 / 3], 3), atol=1e-6)
     # won step: R*S = 4/3 * [1, 1, -1] -> z [1/sqrt2, 1/sqrt2, -sqrt2]; lost step 0: R = -1 - 1/3, R*S = [-4/3, 4/3,
     # 4/3] -> z [-sqrt2, 1/sqrt2, 1/sqrt2]
@@ -92,8 +92,8 @@ def test_action_fallback_penalty_lowers_the_policy_reward_of_that_step_only():
 
     plain = {e.prompt_ids[0]: e.advantage for e in policy_examples(groups, SignalConfig())}
     assert [plain[g] for g in range(3)] == pytest.approx(zscore([2, 1 + 1 / 3, -2]), rel=1e-5)
-    penalised = {e.prompt_ids[0]: e.advantage for e in policy_examples(groups, SignalConfig(fallback_penalty=0.5))}
+    penalised = {e.prompt_ids[0]: e.advantage for e in policy_examples(groups, SignalConfig(action_fallback_penalty=0.5))}
     assert [penalised[g] for g in range(3)] == pytest.approx(zscore([2, 1 + 1 / 3 - 0.5, -2]), rel=1e-5)
     # The reward model's consistency reward keeps the reference's R (no penalty): b's step, R = 4/3.
-    rm = [e.advantage for e in reward_model_examples(groups, SignalConfig(fallback_penalty=0.5)) if e.advantage]
+    rm = [e.advantage for e in reward_model_examples(groups, SignalConfig(action_fallback_penalty=0.5)) if e.advantage]
     assert rm == pytest.approx([1 / np.sqrt(2), 1 / np.sqrt(2), -np.sqrt(2)], rel=1e-5)

@@ -1,0 +1,117 @@
+"""Judged rollouts -> training examples for the policy and the reward model (ALGORITHM.md 2.2, 3.3).
+
+Policy: per task, R[g, t] = w_O * O_g + lambda * mean_j S[g, t, j] (minus `action_fallback_penalty`
+where a parser fallback chose the action), z-scored per step index over the task's rollouts; every step is one (prompt, response, advantage)
+example, or with `pack_turns` every episode is one example holding all its steps
+(`rl/data.pack_turns`: the same loss at O(T) instead of O(T^2) tokens). Reward
+model: per judged step, R * S_j (the penalty when S_j did not parse), z-scored
+over the step's m judgments; only tasks whose accuracy is in the band. The
+ablations of the paper are weights here: outcome only (lambda = 0), step-wise
+reward only (w_O = 0).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from rlanything_jax.agents.trajectory import Episode, group_arrays, task_accuracy
+from rlanything_jax.rl.advantages import stepwise_group_advantages
+from rlanything_jax.rl.data import Example, pack_turns as pack_episode
+from rlanything_jax.rl.rewards import consistency_advantages, integrated_step_reward, sign_balance_weights
+
+
+@dataclasses.dataclass(frozen=True)
+class SignalConfig:
+    num_judgments: int = 3
+    outcome_weight: float = 1.0       # w_O; 0 = step-wise reward only
+    step_weight: float = 1.0          # lambda; 0 = outcome only (GRPO-style)
+    advantage_singleton: str = "raw"  # a step index reached by one rollout: "raw" or "zero"
+    policy_acc_low: float = 1 / 8     # policy data: tasks with accuracy in [low, high]
+    policy_acc_high: float = 7 / 8
+    band_low: float = 0.2             # reward-model data: tasks with accuracy in [low, high]
+    band_high: float = 0.8
+    invalid_judgment_reward: float = -2.0
+    # Subtracted from the policy's step reward where the action was not read as written (a parser
+    # fallback chose it), as agent RL setups often do; 0 = the reference (the RM's reward is unchanged).
+    action_fallback_penalty: float = 0.0
+    # Weigh the reward model's examples so that a task's steps with positive and negative integrated
+    # reward count equally (rewards.sign_balance_weights); False = the reference.
+    balance_labels: bool = False
+
+
+def step_rewards(episodes: Sequence[Episode], cfg: SignalConfig) -> tuple[np.ndarray, np.ndarray, object]:
+    """Integrated step rewards R [G, T] and the step mask of one task's trainable rollouts."""
+    arrays = group_arrays(episodes, cfg.num_judgments)
+    outcome = cfg.outcome_weight * arrays.outcome[:, None]
+    rewards = np.asarray(integrated_step_reward(outcome, arrays.judgments, arrays.valid, cfg.step_weight))
+    return rewards, arrays.step_mask, arrays
+
+
+def _in_band(acc: float | None, low: float, high: float) -> bool:
+    return acc is not None and low - 1e-9 <= acc <= high + 1e-9
+
+
+def policy_examples(groups: Mapping[str, Sequence[Episode]], cfg: SignalConfig,
+                    metrics: Counter | None = None, pack_turns: bool = False) -> list[Example]:
+    """Policy examples of the tasks in the accuracy band: one per step, or with `pack_turns` one per
+    multi-step episode (per step when its prompts do not extend each other, counted as unpacked)."""
+    metrics = metrics if metrics is not None else Counter()
+    examples = []
+    for episodes in groups.values():
+        if not _in_band(task_accuracy(episodes), cfg.policy_acc_low, cfg.policy_acc_high):
+            metrics["policy_data/tasks_out_of_band"] += 1
+            continue
+        trainable = [e for e in episodes if e.trainable]
+        rewards, mask, arrays = step_rewards(trainable, cfg)
+        rewards = rewards - cfg.action_fallback_penalty * arrays.fallback
+        advantages = np.asarray(stepwise_group_advantages(rewards, mask, cfg.advantage_singleton))
+        metrics["policy_data/tasks"] += 1
+        for g, episode in enumerate(trainable):
+            examples += episode_examples(episode, advantages[g], pack_turns, metrics)
+    metrics["policy_data/examples"] += len(examples)
+    return examples
+
+
+def episode_examples(episode: Episode, advantages: Sequence[float], pack_turns: bool,
+                     metrics: Counter | None = None) -> list[Example]:
+    """An episode's steps as examples with these per-step advantages: one per step, or with `pack_turns`
+    one holding every step (per step when its prompts do not extend each other, counted as unpacked)."""
+    steps = [Example(step.prompt_tokens, step.response_tokens, float(advantages[t]), step.logprobs)
+             for t, step in enumerate(episode.steps)]
+    if pack_turns and len(steps) > 1:  # a one-step episode is its own packed example
+        packed = pack_episode(steps)
+        if metrics is not None:
+            metrics[f"policy_data/{'unpacked' if packed is None else 'packed'}_episodes"] += 1
+        if packed is not None:
+            return [packed]
+    return steps
+
+
+def reward_model_examples(groups: Mapping[str, Sequence[Episode]], cfg: SignalConfig,
+                          metrics: Counter | None = None) -> list[Example]:
+    metrics = metrics if metrics is not None else Counter()
+    examples = []
+    for episodes in groups.values():
+        if not _in_band(task_accuracy(episodes), cfg.band_low, cfg.band_high):
+            metrics["reward_data/tasks_out_of_band"] += 1
+            continue
+        trainable = [e for e in episodes if e.trainable and e.judge_samples is not None]
+        if not trainable:
+            continue
+        rewards, mask, arrays = step_rewards(trainable, cfg)
+        advantages = np.asarray(consistency_advantages(rewards, arrays.judgments, arrays.valid,
+                                                       cfg.invalid_judgment_reward))
+        if cfg.balance_labels:
+            advantages = advantages * np.asarray(sign_balance_weights(rewards, mask))[..., None]
+        metrics["reward_data/tasks"] += 1
+        for g, episode in enumerate(trainable):
+            for t in range(len(episode.steps)):
+                for j, (tokens, logprobs) in enumerate(episode.judge_samples[t]):
+                    examples.append(Example(episode.judge_prompts[t], tokens, float(advantages[g, t, j]),
+                                            logprobs))
+    metrics["reward_data/examples"] += len(examples)
+    return examples

@@ -1,0 +1,96 @@
+"""ALFWorld task generators (ALGORITHM.md 4.3): difficulty knobs, and the environment model's goal rewrite.
+
+- `procedural_maker`: the raw game's knobs one notch harder or easier (`knobs.harder_knobs` /
+  `easier_knobs`), a fresh game of the same task type, kept only when the expert wins it.
+- `GoalRewriteGenerator`: the reference's environment-model move. One batched call summarises
+  every failed rollout (<= 2 sentences, high-risk steps marked), one batched call asks for
+  `num_tries` two-token goal rewrites of the raw game; the lowest-numbered attempt whose rewrite
+  the expert wins becomes the candidate (`goal_rewrite.goal_candidate_from_outputs`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+
+from rlanything_jax.agents.trajectory import Episode
+from rlanything_jax.curriculum.generators import EnvironmentModel, VariantMaker, annotate, check_direction
+from rlanything_jax.envs.base import Task
+from rlanything_jax.scenarios.alfworld import env as alfworld
+from rlanything_jax.scenarios.alfworld import goal_rewrite
+from rlanything_jax.scenarios.text_games.parsers import parse_failure_summary
+
+log = logging.getLogger(__name__)
+
+
+def procedural_maker(out_dir: str | Path, verify: bool = True) -> VariantMaker:
+    """Builders of games with the raw game's knobs moved one notch (None at the knobs' limit)."""
+
+    def maker(raw: Task, direction: str):
+        knobs = alfworld.knobs_of(raw)
+        moved = (alfworld.harder_knobs if direction == "harder" else alfworld.easier_knobs)(knobs)
+        if moved == knobs:
+            log.debug("%s: ALFWorld knobs %s cannot get %s", raw.task_id, knobs, direction)
+            return None
+
+        def make(seed: int) -> Task | None:
+            task = alfworld.make_task(seed, raw.payload["task_type"], moved, str(out_dir))
+            if verify and not alfworld.expert_trajectory(task).won:
+                log.debug("%s: the expert does not win generated game %s", raw.task_id, task.task_id)
+                return None
+            return task
+        return make
+
+    return maker
+
+
+class GoalRewriteGenerator:
+    """The environment model rewrites the raw game's goal types (ALFWorld's env-model move)."""
+
+    def __init__(self, model: EnvironmentModel, out_dir: str | Path, num_tries: int = 8,
+                 max_new_tokens: int = 4096, summary_max_new_tokens: int = 512):
+        self.model = model
+        self.out_dir = str(out_dir)
+        self.num_tries = num_tries
+        self.max_new_tokens = max_new_tokens
+        self.summary_max_new_tokens = summary_max_new_tokens
+        self._metrics: Counter = Counter()
+
+    @property
+    def metrics(self) -> Counter:
+        return self._metrics + self.model.metrics
+
+    def propose(self, raw: Task, active: Task, direction: str, accuracy: float,
+                episodes: Sequence[Episode], step: int) -> Task | None:
+        check_direction(direction)
+        summaries = self._failure_summaries(raw, episodes, step)
+        prompts = goal_rewrite.goal_rewrite_prompts(raw, direction, accuracy, summaries, self.num_tries)
+        if summaries and not self.model.fits(prompts[-1], self.max_new_tokens):
+            self._metrics["alfworld/goal/summaries_dropped_for_length"] += 1
+            prompts = goal_rewrite.goal_rewrite_prompts(raw, direction, accuracy, (), self.num_tries)
+        texts = self.model.generate(prompts, self.max_new_tokens, self.model.sampling_seed(raw, step, "goal"),
+                                    "alfworld/goal")
+        candidate, counts = goal_rewrite.goal_candidate_from_outputs(raw, texts, self.out_dir,
+                                                                     exclude_ids={active.task_id})
+        self._metrics.update({f"alfworld/goal/{k}": v for k, v in counts.items()})
+        self._metrics[f"env_model/{raw.kind}/{'proposed' if candidate else 'none'}"] += 1
+        return None if candidate is None else annotate(candidate, raw, "env_model", direction, step)
+
+    def _failure_summaries(self, raw: Task, episodes: Sequence[Episode], step: int) -> list[tuple[int, str]]:
+        failed = goal_rewrite.failed_episodes(episodes)
+        if not failed:
+            return []
+        prompts = [goal_rewrite.failure_summary_prompt(e) for e in failed]
+        texts = self.model.generate(prompts, self.summary_max_new_tokens,
+                                    self.model.sampling_seed(raw, step, "summary"), "alfworld/summary")
+        summaries = []
+        for episode, text in zip(failed, texts):
+            if text is None:
+                continue
+            parsed = parse_failure_summary(text)
+            self._metrics[f"alfworld/summary/{parsed.status}"] += 1
+            if parsed.ok:
+                summaries.append((episode.group_index, parsed.summary))
+        return summaries

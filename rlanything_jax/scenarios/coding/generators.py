@@ -1,0 +1,53 @@
+"""The environment model's coding move (ALGORITHM.md 4.3): a harder or easier problem with its tests,
+anchored on the slot's root problem, from `num_samples` answers of one prompt."""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Sequence
+
+from rlanything_jax.agents.trajectory import Episode
+from rlanything_jax.curriculum.generators import EnvironmentModel, annotate, check_direction
+from rlanything_jax.envs.base import Task
+from rlanything_jax.scenarios.coding import problems
+
+log = logging.getLogger(__name__)
+
+
+class ProblemRewriteGenerator:
+    def __init__(self, model: EnvironmentModel, max_new_tokens: int = 4096, num_samples: int = 3,
+                 min_tests: int = 4, max_tests: int | None = 16, sandbox_workers: int | None = None):
+        self.model = model
+        self.max_new_tokens = max_new_tokens
+        self.num_samples = num_samples
+        self.min_tests = min_tests
+        self.max_tests = max_tests
+        self.sandbox_workers = sandbox_workers
+        self._metrics: Counter = Counter()
+
+    @property
+    def metrics(self) -> Counter:
+        return self._metrics + self.model.metrics
+
+    def propose(self, raw: Task, active: Task, direction: str, accuracy: float,
+                episodes: Sequence[Episode], step: int) -> Task | None:
+        del accuracy  # the prompt shows per-test pass rates instead
+        check_direction(direction)
+        if not (problems.is_stdio_task(raw) and problems.is_stdio_task(active)):
+            self._metrics[f"env_model/unsupported/{raw.payload.get('format')}"] += 1
+            return None
+        try:
+            rates = problems.measured_pass_rates(active, episodes, self.sandbox_workers)
+        except Exception as error:  # noqa: BLE001 -- the prompt can go without pass rates
+            self._metrics["coding/pass_rates_failed"] += 1
+            log.warning("%s: could not measure pass rates: %r", active.task_id, error)
+            rates = ()
+        prompt = problems.problem_prompt(raw, active, direction, rates, num_tests=self.min_tests)
+        texts = self.model.generate([prompt] * self.num_samples, self.max_new_tokens,
+                                    self.model.sampling_seed(raw, step, "problem"), "coding/problem")
+        candidate, counts = problems.problem_candidate_from_outputs(raw, texts, self.min_tests, self.max_tests,
+                                                                    exclude_ids={active.task_id})
+        self._metrics.update({f"coding/problem/{k}": v for k, v in counts.items()})
+        self._metrics[f"env_model/{raw.kind}/{'proposed' if candidate else 'none'}"] += 1
+        return None if candidate is None else annotate(candidate, raw, "env_model", direction, step)

@@ -1,0 +1,62 @@
+"""The warm start: SFT of the policy and the reward model on the scenario expert's data, before RL.
+
+Policy: the expert's demonstrations as the rollout would record them. Reward model: for a
+scenario whose reward model judges steps, the judge prompts of the expert's labelled steps
+with the judgment of their label; for one whose reward model writes unit tests, the test
+prompt of each task with each of its ground-truth tests as the answer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
+
+from rlanything_jax import sft
+from rlanything_jax.agents.scenario import JUDGE_STEPS, Scenario
+from rlanything_jax.config import WarmStartConfig
+from rlanything_jax.envs.base import Env, Task
+from rlanything_jax.rl.data import Example
+from rlanything_jax.rl.phase import Learner
+from rlanything_jax.rl.train_state import TrainState, init_train_state
+from rlanything_jax.seeds import derive_rng, derive_seed
+
+
+def warm_start_examples(scenario: Scenario, tasks: Sequence[Task], env: Env, policy_tokenizer, reward_tokenizer,
+                        cfg: WarmStartConfig, seed: int) -> tuple[list[Example], list[Example]]:
+    """(policy examples, reward-model examples) from the expert's play of `tasks`."""
+    rng = derive_rng(seed, "warm_start")
+    policy, reward = [], []
+    for task in tasks:
+        steps = scenario.expert.demonstration(task, env, rng)
+        if not steps:
+            continue
+        policy += sft.policy_sft_examples(sft.expert_episode(task, steps, scenario.prompts, policy_tokenizer))
+        if not cfg.reward_epochs:
+            continue
+        if scenario.reward_model_use == JUDGE_STEPS:
+            labelled = scenario.expert.labelled_steps(task, steps, env, rng, cfg.negatives_per_step)
+            reward += sft.reward_sft_examples(reward_tokenizer, scenario.prompts, task, labelled)
+        else:
+            reward += sft.unit_test_sft_examples(reward_tokenizer, scenario.prompts, task)
+    return policy, reward
+
+
+def supervised(learner: Learner, learning_rate: float, batch_size: int, num_examples: int) -> Learner:
+    """The learner with SFT settings: its own constant learning rate (not the RL schedule), one pass in
+    updates of `batch_size` examples."""
+    config = dataclasses.replace(learner.train_config, learning_rate=learning_rate, schedule="constant",
+                                 ppo_epochs=1, micro_batch_size=batch_size,
+                                 updates_per_step=max(1, math.ceil(num_examples / batch_size)))
+    return dataclasses.replace(learner, train_config=config, compiled={})
+
+
+def train_supervised(learner: Learner, state: TrainState, examples: Sequence[Example], cfg: WarmStartConfig,
+                     epochs: int, seed: int, prefix: str, log: Callable[[str], None]) -> TrainState:
+    """`epochs` SFT passes over `examples`; the returned state has fresh RL optimizer moments."""
+    if not examples or not epochs:
+        return state
+    sft_learner = supervised(learner, cfg.learning_rate, cfg.batch_size, len(examples))
+    trained, _ = sft.supervised_epochs(sft_learner, init_train_state(state.params, sft_learner.tx), examples,
+                                       epochs, derive_seed(seed, "sft", prefix), prefix, log)
+    return init_train_state(trained.params, learner.tx)
