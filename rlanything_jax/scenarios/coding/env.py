@@ -223,10 +223,13 @@ def _has_code(program: str | None) -> bool:
 
 
 def step_info(verdicts: Iterable[str]) -> dict[str, Any]:
+    """What a step reports: the per-test verdicts and "score", the fraction of ground-truth tests passed
+    (the reference's policy reward, z-scored over a task's G programs; "pass_fraction" is the same)."""
     verdicts = list(verdicts)
     passed = sum(v == PASSED for v in verdicts)
-    return {"passed": passed, "total": len(verdicts), "statuses": verdicts,
-            "pass_fraction": passed / len(verdicts) if verdicts else 0.0}
+    fraction = passed / len(verdicts) if verdicts else 0.0
+    return {"passed": passed, "total": len(verdicts), "statuses": verdicts, "pass_fraction": fraction,
+            "score": fraction}
 
 
 class CodingEnv:

@@ -53,6 +53,10 @@ class CodingPrompts:
     def unit_test_text(self, stdin: str, expected_stdout: str) -> str:
         return f"**Test Input:**\n```\n{stdin.rstrip()}\n```\n\n**Test Output:**\n```\n{expected_stdout.rstrip()}\n```"
 
+    def reference_solution(self, task: Task) -> str | None:
+        """A known-correct program of a stdio task (a GT code for the unit-test reward), when it has one."""
+        return task.payload.get("reference_solution") if task.payload.get("format") == "stdio" else None
+
     def ground_truth_tests(self, task: Task) -> list[tuple[str, str]]:
         return coding_env.stdio_tests(task) if task.payload.get("format") == "stdio" else []
 
