@@ -1,0 +1,243 @@
+"""The reward model writes unit tests (ALGORITHM.md 3.4): m tests per task, run against the task's programs.
+
+Per task, the reward model is prompted once and sampled m times; each sample is parsed into one
+stdin/stdout test. Every valid test and every ground-truth test is run (in the sandbox, through
+the scenario's `UnitTestPrompts.run_tests`) against the task's codes: the policy's G programs in
+episode order, then the task's reference solution when it has one. A code that passes every
+ground-truth test is a "GT code"; a generated test that every GT code passes is a "GT test".
+A test's reward (`rl.rewards.unit_test_rewards`) is how many non-GT codes it tells apart
+from the GT codes, z-scored over the task's m tests.
+
+Scenario-free: the scenario is reached only through `agents.scenario.UnitTestPrompts`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from rlanything_jax.agents.scenario import ParsedUnitTest, UnitTestPrompts
+from rlanything_jax.agents.judging import JudgeConfig
+from rlanything_jax.agents.trajectory import Episode
+from rlanything_jax.envs.base import Task
+from rlanything_jax.rl.data import Example
+from rlanything_jax.rl.normalize import masked_zscore
+from rlanything_jax.rl.rewards import unit_test_raw_rewards, unit_test_rewards
+from rlanything_jax.sampling.sampler import Sampler
+from rlanything_jax.sampling.stops import Completion
+from rlanything_jax.sampling.strategies import make_strategy
+from rlanything_jax.seeds import derive_seed
+
+Sample = tuple[tuple[int, ...], tuple[float, ...]]   # a generation's tokens and sampler log-probabilities
+
+
+@dataclasses.dataclass(frozen=True, eq=False)   # eq=False: arrays have no single truth value
+class UnitTestJudgments:
+    """The reward model's m unit tests for one task and how the task's programs fare on them."""
+
+    prompt: tuple[int, ...]              # the reward model's prompt tokens
+    samples: tuple[Sample, ...]          # m generations: (tokens, sampler logprobs)
+    tests: tuple[ParsedUnitTest, ...]    # m parsed tests
+    program_passes: np.ndarray   # bool [C, m]: code c passes generated test k (an invalid test: False)
+    program_is_gt: np.ndarray    # bool [C]: code c passes every ground-truth test ("GT code")
+    # codes = the task's G policy programs (in episode order) followed by the task's reference solution when
+    # it has one (a known GT code: so the reward model gets data even when no policy program passes)
+    has_reference: bool = False  # the last code is the task's reference solution
+
+    @property
+    def valid(self) -> np.ndarray:
+        """bool [m]: generated test k parsed."""
+        return np.array([test.valid for test in self.tests], bool)
+
+    @property
+    def num_policy_programs(self) -> int:
+        return len(self.program_is_gt) - int(self.has_reference)
+
+
+# ---------------------------------------------------------------- writing and running tests
+
+
+def task_codes(prompts: UnitTestPrompts, task: Task, episodes: Sequence[Episode]) -> tuple[list[str], bool]:
+    """The codes a task's tests are run against, and whether the last is the reference solution:
+    the program of each played episode (one step each; failed or empty episodes are left out),
+    then the task's reference solution when it has one."""
+    codes = [e.steps[0].action for e in episodes if e.env_error is None and e.steps]
+    reference = prompts.reference_solution(task)
+    if reference:
+        codes.append(reference)
+    return codes, bool(reference)
+
+
+def judge_texts(prompts: UnitTestPrompts, task: Task, codes: Sequence[str], texts: Sequence[str],
+                metrics: Counter | None = None) -> tuple[tuple[ParsedUnitTest, ...], np.ndarray, np.ndarray]:
+    """(parsed tests, program_passes bool [C, m], program_is_gt bool [C]) for the reward model's m texts.
+
+    Valid tests and the ground-truth tests run in one sandbox batch; an invalid test is run by
+    nobody and counts as failed by every code (as in the reference: it has "" as input and
+    output there, which `reward/execute.py` marks "Invalid Test", not correct).
+    """
+    metrics = metrics if metrics is not None else Counter()
+    ground_truth = prompts.ground_truth_tests(task)
+    if not ground_truth:
+        raise ValueError(f"{task.task_id} has no ground-truth tests: its GT codes are unknown")
+    tests = tuple(prompts.parse_unit_test(text) for text in texts)
+    for test in tests:
+        metrics[f"parse/{prompts.name}_unit_test/{test.status}"] += 1
+    valid = [k for k, test in enumerate(tests) if test.valid]
+    generated = [(tests[k].stdin, tests[k].expected_stdout) for k in valid]
+    started = time.perf_counter()
+    passes = np.asarray(prompts.run_tests(task, list(codes), generated + list(ground_truth)), bool)
+    metrics["time_unit_test_runs_s"] += time.perf_counter() - started
+    metrics["unit_tests/sandbox_runs"] += passes.size
+    program_passes = np.zeros((len(codes), len(tests)), bool)
+    program_passes[:, valid] = passes[:, :len(valid)]
+    program_is_gt = passes[:, len(valid):].all(axis=1)
+    return tests, program_passes, program_is_gt
+
+
+def generate_samples(reward_model: Sampler, prompt_tokens: Sequence[Sequence[int]], config: JudgeConfig,
+                     metrics: Counter) -> list[list[Completion]]:
+    """m completions of each prompt (in the given order): longest prompts batched together, at most
+    `config.batch_size` generations per sampler call; each prompt is prefilled once and sampled m times."""
+    m = config.num_judgments
+    order = sorted(range(len(prompt_tokens)), key=lambda i: len(prompt_tokens[i]), reverse=True)
+    strategy = make_strategy(config.temperature, config.top_k, config.top_p)
+    prompts_per_call = max(1, config.batch_size // m)
+    out: list[list[Completion]] = [[] for _ in prompt_tokens]
+    started = time.perf_counter()
+    for chunk_index, start in enumerate(range(0, len(order), prompts_per_call)):
+        chunk = order[start:start + prompts_per_call]
+        completions = reward_model.generate([list(prompt_tokens[i]) for i in chunk], config.max_new_tokens,
+                                            strategy, seed=derive_seed(config.seed, "unit_tests", chunk_index),
+                                            num_samples=m)
+        for index, completion in enumerate(completions):  # prompt-major: m samples of chunk[0], then chunk[1]...
+            out[chunk[index // m]].append(completion)
+            metrics["unit_test_tokens"] += len(completion.token_ids)
+    metrics["time_unit_tests_s"] += time.perf_counter() - started
+    return out
+
+
+def write_unit_tests(reward_model: Sampler, prompts: UnitTestPrompts, groups: Mapping[str, Sequence[Episode]],
+                     config: JudgeConfig, metrics: Counter) -> dict[str, UnitTestJudgments]:
+    """The reward model's m = `config.num_judgments` unit tests for each task of `groups` (task id -> its
+    episodes), run against the task's codes. Tasks without ground-truth tests or without codes are skipped
+    (counted)."""
+    tokenizer = reward_model.tokenizer
+    jobs = []
+    for task_id, episodes in groups.items():
+        if not episodes:
+            continue
+        task = episodes[0].task
+        if not prompts.ground_truth_tests(task):
+            metrics["unit_tests/tasks_without_gt_tests"] += 1
+            continue
+        codes, has_reference = task_codes(prompts, task, episodes)
+        if not codes:
+            metrics["unit_tests/tasks_without_codes"] += 1
+            continue
+        tokens = tokenizer.encode_chat(prompts.unit_test_messages(task))
+        if len(tokens) > config.max_prompt_tokens:
+            metrics["unit_tests/prompts_truncated"] += 1
+            tokens = tokens[-config.max_prompt_tokens:]
+        jobs.append((task_id, task, codes, has_reference, tuple(tokens)))
+    generations = generate_samples(reward_model, [job[-1] for job in jobs], config, metrics)
+    out = {}
+    for (task_id, task, codes, has_reference, tokens), completions in zip(jobs, generations):
+        tests, passes, is_gt = judge_texts(prompts, task, codes, [c.text or "" for c in completions], metrics)
+        out[task_id] = UnitTestJudgments(
+            prompt=tokens, samples=tuple((tuple(c.token_ids), tuple(c.logprobs)) for c in completions),
+            tests=tests, program_passes=passes, program_is_gt=is_gt, has_reference=has_reference)
+    metrics["unit_tests/tasks"] += len(out)
+    return out
+
+
+@dataclasses.dataclass
+class UnitTestWriter:
+    """The reward model writing unit tests as the loop uses it (`loop.UnitTestWriter`): its sampler and the
+    scenario's unit-test prompts."""
+
+    sampler: Sampler
+    prompts: UnitTestPrompts
+
+    def write(self, groups: Mapping[str, Sequence[Episode]], config: JudgeConfig,
+              metrics: Counter) -> dict[str, UnitTestJudgments]:
+        return write_unit_tests(self.sampler, self.prompts, groups, config, metrics)
+
+    def update_params(self, params) -> None:
+        self.sampler.update_params(params)
+
+
+# ---------------------------------------------------------------- training data and metrics
+
+
+def unit_test_advantages(judged: UnitTestJudgments, invalid_test_reward: float | None = None) -> np.ndarray:
+    """float [m]: each generated test's advantage (`rl.rewards.unit_test_rewards`; all 0 without a GT code).
+
+    `invalid_test_reward` None follows the reference: an unparseable test is a test every code fails, so
+    it earns -1 when the task has no non-GT code and 0 otherwise (reward/llm_rl_reward.py computes a
+    `valid_ut` flag but "does NOT affect reward"), and it is z-scored with the others. A number instead
+    sets the raw reward of every unparseable test (before the z-score).
+    """
+    is_gt = np.asarray(judged.program_is_gt, bool)
+    passes = np.asarray(judged.program_passes, bool)
+    if invalid_test_reward is None:
+        return np.asarray(unit_test_rewards(is_gt, passes), np.float32)
+    raw = np.where(judged.valid, np.asarray(unit_test_raw_rewards(is_gt, passes)), invalid_test_reward)
+    tests = np.full(raw.shape, is_gt.any(), bool)   # no GT code: every advantage 0
+    return np.asarray(masked_zscore(raw, tests, axis=-1), np.float32)
+
+
+def unit_test_examples(judgments: Mapping[str, UnitTestJudgments], metrics: Counter,
+                       invalid_test_reward: float | None = None) -> list[Example]:
+    """The reward model's examples: one (prompt, test tokens, advantage, sampler logprobs) per generated
+    test of every task with a GT code (tasks without one are skipped and counted, as in the reference)."""
+    examples = []
+    for judged in judgments.values():
+        if not np.any(judged.program_is_gt):
+            metrics["reward_data/tasks_without_gt_code"] += 1
+            continue
+        advantages = unit_test_advantages(judged, invalid_test_reward)
+        metrics["reward_data/tasks"] += 1
+        for (tokens, logprobs), advantage in zip(judged.samples, advantages):
+            examples.append(Example(judged.prompt, tokens, float(advantage), logprobs))
+    metrics["reward_data/examples"] += len(examples)
+    return examples
+
+
+def unit_test_metrics(judgments: Mapping[str, UnitTestJudgments]) -> dict[str, float]:
+    """The reward model's test quality over the judged tasks (a key is left out when it has no data):
+
+    - `reward_model/unit_test_accuracy`: the fraction of generated tests that every GT code passes ("GT
+      tests"), over tasks with at least one GT code: the reference's `syn_ut_acc`, Table 1's "UT".
+    - `reward_model/unit_test_detect`: the fraction that pass every GT code and fail every non-GT code, over
+      tasks with both kinds of codes: the reference's `perfect_ut_rate`, Table 1's "Detect".
+    - `reward_model/unit_test_valid`: the fraction of generated tests that parse (the reference has no
+      such figure; an unparseable test counts as wrong in the two above, as there).
+
+    Codes include the task's reference solution where it has one, so a task always has a GT code then.
+    """
+    valid = [judged.valid for judged in judgments.values()]
+    correct = detected = with_gt = with_both = 0
+    for judged in judgments.values():
+        is_gt = np.asarray(judged.program_is_gt, bool)
+        passes = np.asarray(judged.program_passes, bool)
+        if not is_gt.any():
+            continue
+        gt_test = passes[is_gt].all(axis=0)
+        with_gt += len(gt_test)
+        correct += int(gt_test.sum())
+        if (~is_gt).any():
+            with_both += len(gt_test)
+            detected += int((gt_test & ~passes[~is_gt].any(axis=0)).sum())
+    out = {}
+    if with_gt:
+        out["reward_model/unit_test_accuracy"] = correct / with_gt
+    if with_both:
+        out["reward_model/unit_test_detect"] = detected / with_both
+    if valid and sum(len(v) for v in valid):
+        out["reward_model/unit_test_valid"] = float(np.concatenate(valid).mean())
+    return out
