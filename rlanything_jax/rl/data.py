@@ -25,9 +25,8 @@ import grain
 import numpy as np
 
 from rlanything_jax.rl.losses import AGGREGATIONS
+from rlanything_jax.rl.train_config import OVERLONG_PROMPT_POLICIES
 from rlanything_jax.rl.train_step import TrainBatch
-
-OVERLONG_PROMPT_POLICIES = ("truncate_left", "drop")
 
 
 class Segment(NamedTuple):

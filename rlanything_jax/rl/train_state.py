@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -11,8 +12,7 @@ from flax import nnx, struct
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from rlanything_jax import sharding as sharding_lib
-
-SCHEDULES = ("constant", "warmup_cosine")
+from rlanything_jax.rl.train_config import TrainConfig
 
 
 @struct.dataclass
@@ -22,25 +22,24 @@ class TrainState:
     opt_state: Any           # optax state, persisting across RL steps
 
 
-def learning_rate_schedule(cfg: Mapping[str, Any]) -> optax.Schedule:
+def learning_rate_schedule(config: TrainConfig | Mapping[str, Any]) -> optax.Schedule:
     """Constant (the reference: its cosine has min_lr_scale 1) or linear warmup then cosine decay."""
-    kind = cfg.get("schedule", "constant")
-    lr = cfg["learning_rate"]
-    if kind == "constant":
-        return optax.constant_schedule(lr)
-    if kind == "warmup_cosine":
+    cfg = TrainConfig.of(config)
+    if cfg.schedule == "warmup_cosine":
         return optax.warmup_cosine_decay_schedule(
-            init_value=0.0, peak_value=lr, warmup_steps=int(cfg.get("warmup_steps", 0)),
-            decay_steps=max(int(cfg.get("decay_steps", 1)), 1), end_value=lr * float(cfg.get("min_lr_ratio", 0.0)))
-    raise ValueError(f"train.schedule must be one of {SCHEDULES}, got {kind!r}")
+            init_value=0.0, peak_value=cfg.learning_rate, warmup_steps=cfg.warmup_steps,
+            decay_steps=cfg.decay_steps, end_value=cfg.learning_rate * cfg.min_lr_ratio)
+    return optax.constant_schedule(cfg.learning_rate)  # TrainConfig admits no other schedule
 
 
-def make_optimizer(cfg: Mapping[str, Any]) -> optax.GradientTransformation:
-    """AdamW with optional global-norm clipping (max_grad_norm 0 disables it)."""
-    adamw = optax.adamw(learning_rate_schedule(cfg), b1=cfg["adam_b1"], b2=cfg["adam_b2"], eps=cfg["adam_eps"],
-                        weight_decay=cfg["weight_decay"])
-    if cfg.get("max_grad_norm", 0.0) > 0:
-        return optax.chain(optax.clip_by_global_norm(cfg["max_grad_norm"]), adamw)
+def make_optimizer(config: TrainConfig | Mapping[str, Any]) -> optax.GradientTransformation:
+    """AdamW with optional global-norm clipping (max_grad_norm 0 disables it). A mapping is read as
+    a TrainConfig, its missing keys taking TrainConfig's defaults."""
+    cfg = TrainConfig.of(config)
+    adamw = optax.adamw(learning_rate_schedule(cfg), b1=cfg.adam_b1, b2=cfg.adam_b2, eps=cfg.adam_eps,
+                        weight_decay=cfg.weight_decay)
+    if cfg.max_grad_norm > 0:
+        return optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm), adamw)
     return adamw
 
 
