@@ -5,12 +5,10 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from rlanything_jax.rl.normalize import masked_zscore
-from rlanything_jax.rl.registry import register_advantage_estimator
 
 SINGLETON_MODES = ("raw", "zero")
 
 
-@register_advantage_estimator("stepwise_group")
 def stepwise_group_advantages(rewards: jnp.ndarray, mask: jnp.ndarray, singleton: str = "raw") -> jnp.ndarray:
     """Advantages [..., G, T] from step rewards [..., G, T] of G rollouts of one task.
 

@@ -2,14 +2,15 @@
 
 As in the reference, a phase makes one pass over its examples in roughly
 `updates_per_step` updates; unlike it, no trailing partial batch is dropped (it is
-padded with empty rows, which carry no loss). Shapes are bucketed (micro-batches
+padded with empty rows, which carry no loss and no weight: the step divides its summed
+loss once by the update's total weight, see `rl/train_step`). Shapes are bucketed (micro-batches
 per update to a power of two, sequence width by `data.collate`), so a run compiles
 a few train steps, which `Learner.compiled` keeps.
 
 The configured aggregation is applied by the data (`DataConfig.aggregation`: per-token
-advantages and loss weights), and the step always takes the weighted token mean. So
-turn-packed examples, which hold several steps' responses in one row, train exactly
-as their per-step examples would; plain examples train as before.
+advantages and loss weights), and the step always takes the weighted token mean over the
+whole update, however it is split into micro-batches. So turn-packed examples, which hold
+several steps' responses in one row, train exactly as their per-step examples would.
 """
 
 from __future__ import annotations
@@ -27,8 +28,16 @@ from jax.sharding import Mesh
 
 from rlanything_jax import sharding as sharding_lib
 from rlanything_jax.rl.data import BatchIterator, DataConfig, Example
+from rlanything_jax.rl.train_config import TrainConfig
 from rlanything_jax.rl.train_state import TrainState, make_optimizer, reset_optimizer
 from rlanything_jax.rl.train_step import TrainSpec, jit_train_step
+from rlanything_jax.seeds import derive_seed
+
+# How the phase combines its updates' metrics: means weighted by each update's loss weight or trained
+# tokens (as one update of all the phase's rows would weigh them); the weights themselves are totals.
+_WEIGHTED_BY = {"loss": "loss_weight", "policy_loss": "loss_weight", "kl": "loss_weight",
+                "clip_fraction": "trained_tokens", "entropy": "trained_tokens", "ratio_mean": "trained_tokens"}
+_TOTALS = ("loss_weight", "trained_tokens")
 
 
 @dataclasses.dataclass
@@ -36,7 +45,8 @@ class Learner:
     """What one model's phases need: its graph, optimizer, data rules and compiled steps."""
 
     graphdef: nnx.GraphDef
-    train_config: Mapping[str, Any]   # a config's train.policy / train.reward section
+    # A config's train.policy / train.reward section; a mapping is converted (its keys are TrainConfig's).
+    train_config: TrainConfig | Mapping[str, Any]
     mesh: Mesh
     eos_id: int
     pad_id: int
@@ -44,14 +54,15 @@ class Learner:
     compiled: dict = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
+        self.train_config = TrainConfig.of(self.train_config)
         self.tx = make_optimizer(self.train_config)
 
     def _step_fn(self, state: TrainState, batch, num_micro: int):
         key = (num_micro,) + tuple(batch.input_ids.shape) + (batch.targets.shape[1], batch.ref_logp is None)
         if key not in self.compiled:
             cfg = self.train_config
-            # The batch's loss weights carry cfg["aggregation"] (see the module docstring).
-            spec = TrainSpec(graphdef=self.graphdef, tx=self.tx, clip_eps=cfg["clip_eps"], kl_beta=cfg["kl_beta"],
+            # The batch's loss weights carry cfg.aggregation (see the module docstring).
+            spec = TrainSpec(graphdef=self.graphdef, tx=self.tx, clip_eps=cfg.clip_eps, kl_beta=cfg.kl_beta,
                              aggregation="token_mean", num_micro_batches=num_micro)
             self.compiled[key] = jit_train_step(spec, state, batch, self.mesh, self.rules)
         return self.compiled[key]
@@ -63,36 +74,55 @@ def _micro_batches_per_update(num_examples: int, updates: int, micro_batch_size:
     return 1 << (max(micro, 1) - 1).bit_length()
 
 
+def epoch_seed(seed: int, epoch: int) -> int:
+    """The shuffle seed of PPO epoch `epoch` of a phase seeded `seed`, by the run's one seed scheme: keyed by
+    both, so no two (seed, epoch) pairs share a shuffle by arithmetic coincidence (as `seed + p * epoch` can)."""
+    return derive_seed(seed, "ppo_epoch", epoch)
+
+
+def _phase_metrics(updates: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """The updates' metrics combined (see `_WEIGHTED_BY`); any other metric is the mean over updates."""
+    totals = {name: sum(u[name] for u in updates) for name in _TOTALS}
+    combined = {}
+    for name in updates[0]:
+        if name in _TOTALS:
+            combined[name] = totals[name]
+        elif name in _WEIGHTED_BY:
+            weight = _WEIGHTED_BY[name]
+            combined[name] = sum(u[name] * u[weight] for u in updates) / max(totals[weight], 1e-30)
+        else:
+            combined[name] = sum(u[name] for u in updates) / len(updates)
+    return combined
+
+
 def train_phase(learner: Learner, state: TrainState, examples: Sequence[Example], seed: int,
                 metrics: Counter | None = None, prefix: str = "policy") -> tuple[TrainState, dict[str, float]]:
-    """Trains `state` on one pass over `examples`; returns the new state and averaged metrics."""
+    """Trains `state` on one pass over `examples` per PPO epoch; returns the new state and the
+    phase's metrics (the loss and diagnostics weighted over every update's trained rows)."""
     metrics = metrics if metrics is not None else Counter()
     cfg = learner.train_config
-    if cfg.get("reset_optimizer_each_step", False):
+    if cfg.reset_optimizer_each_step:
         state = reset_optimizer(state, learner.tx)
-    micro_size = int(cfg["micro_batch_size"])
-    data_cfg = DataConfig(batch_size=1, max_prompt_tokens=cfg["max_prompt_tokens"],
-                          max_response_tokens=cfg["max_response_tokens"], eos_id=learner.eos_id,
-                          pad_id=learner.pad_id, overlong_prompt=cfg["overlong_prompt"],
-                          append_eos=cfg["append_eos"], aggregation=cfg["aggregation"], seed=seed)
+    data_cfg = DataConfig(batch_size=1, max_prompt_tokens=cfg.max_prompt_tokens,
+                          max_response_tokens=cfg.max_response_tokens, eos_id=learner.eos_id,
+                          pad_id=learner.pad_id, overlong_prompt=cfg.overlong_prompt,
+                          append_eos=cfg.append_eos, aggregation=cfg.aggregation, seed=seed)
     probe = BatchIterator(examples, data_cfg)  # applies the length rules once, for the counts
     for name, count in probe.counts.items():
         metrics[f"{prefix}_data/{name}"] += count
     kept = probe.examples
     if not kept:
         return state, {}
-    num_micro = _micro_batches_per_update(len(kept), int(cfg["updates_per_step"]), micro_size)
-    sums: Counter = Counter()
-    updates = 0
+    num_micro = _micro_batches_per_update(len(kept), cfg.updates_per_step, cfg.micro_batch_size)
+    update_metrics = []
     # PPO epochs: each pass reshuffles the same examples; the clip keeps later passes near the sampler's policy.
-    for epoch in range(int(cfg.get("ppo_epochs", 1))):
-        batches = BatchIterator(kept, dataclasses.replace(data_cfg, batch_size=num_micro * micro_size,
-                                                          seed=seed + 7919 * epoch))
+    for epoch in range(cfg.ppo_epochs):
+        batches = BatchIterator(kept, dataclasses.replace(data_cfg, batch_size=num_micro * cfg.micro_batch_size,
+                                                          seed=epoch_seed(seed, epoch)))
         for batch in batches:
             step_fn = learner._step_fn(state, batch, num_micro)
             state, step_metrics = step_fn(state, batch)
-            for name, value in jax.device_get(step_metrics).items():
-                sums[name] += float(np.asarray(value))
-            updates += 1
-    metrics[f"{prefix}/updates"] += updates
-    return state, {f"{prefix}/{name}": value / updates for name, value in sums.items()}
+            update_metrics.append({name: float(np.asarray(value))
+                                   for name, value in jax.device_get(step_metrics).items()})
+    metrics[f"{prefix}/updates"] += len(update_metrics)
+    return state, {f"{prefix}/{name}": value for name, value in _phase_metrics(update_metrics).items()}

@@ -12,6 +12,11 @@ where the target is a response token, or a positive per-token weight: see
 `rl/data.collate`), `old_logp` [N, W] (the sampler's log-probabilities of the targets),
 `advantages` [N] or [N, W], optional `ref_logp` [N, W]. Logits are computed for the
 window only.
+
+Micro-batches accumulate as MaxText does: each gives its loss as a weighted sum and its
+weight (`rl/losses.PPOSums`), the gradients of the sums add up, and the update divides once
+by the whole batch's weight. So any split (rows of unequal weight, empty filler rows or
+micro-batches) gives the update, loss and diagnostics of the batch taken at once.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from flax import nnx, struct
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from rlanything_jax import sharding as sharding_lib
-from rlanything_jax.rl.losses import ppo_clip_k3_loss
+from rlanything_jax.rl.losses import PPOSums, ppo_clip_k3_sums, ppo_loss_from_sums
 from rlanything_jax.rl.train_state import TrainState, train_state_shardings
 
 
@@ -76,15 +81,17 @@ def token_logprobs(graphdef: nnx.GraphDef, params: nnx.State, input_ids: jax.Arr
     return model.target_logprobs(hidden, targets)
 
 
-def _micro_loss(params: nnx.State, micro: TrainBatch, spec: TrainSpec):
+def _micro_objective(params: nnx.State, micro: TrainBatch, spec: TrainSpec) -> tuple[jax.Array, PPOSums]:
+    """The micro-batch's summed loss (to differentiate) and its sums."""
     prefixes = None if micro.prefix_ids is None else (micro.prefix_ids, micro.prefix_mask, micro.prefix_index)
     logp = token_logprobs(spec.graphdef, params, micro.input_ids, micro.attention_mask, micro.targets, prefixes)
     # NaN marks tokens the sampler never scored (an appended EOS): treat them as on-policy.
     on_policy = jax.lax.stop_gradient(logp)
     old_logp = jnp.where(jnp.isnan(micro.old_logp), on_policy, micro.old_logp)
     ref_logp = None if micro.ref_logp is None else jnp.where(jnp.isnan(micro.ref_logp), on_policy, micro.ref_logp)
-    return ppo_clip_k3_loss(logp, old_logp, micro.advantages, micro.loss_mask, eps=spec.clip_eps,
-                            beta=spec.kl_beta, ref_logp=ref_logp, aggregation=spec.aggregation)
+    sums = ppo_clip_k3_sums(logp, old_logp, micro.advantages, micro.loss_mask, eps=spec.clip_eps,
+                            ref_logp=ref_logp, aggregation=spec.aggregation)
+    return sums.objective(spec.kl_beta), sums
 
 
 def train_step(state: TrainState, batch: TrainBatch, spec: TrainSpec) -> tuple[TrainState, dict[str, jax.Array]]:
@@ -92,15 +99,16 @@ def train_step(state: TrainState, batch: TrainBatch, spec: TrainSpec) -> tuple[T
     (a batch with shared prefixes splits them too: the rows of micro-batch j must continue
     prefixes of chunk j, as consecutive groups do when the group size divides the micro-batch).
 
-    Gradients and the loss are averaged over micro-batches (a `lax.scan`), so with
-    sequence-mean aggregation k micro-batches of n give the update of one batch of k * n;
-    the other metrics over the micro-batches that hold a trained token.
+    The gradients of the micro-batches' summed losses add up (a `lax.scan`) and are divided once
+    by the batch's total weight, so k micro-batches of n rows give the update of one batch of
+    k * n rows, with either aggregation and whatever the rows' weights; so do the loss and the
+    diagnostics (token-weighted over the batch's trained tokens).
     """
     k = spec.num_micro_batches
-    grad_fn = jax.value_and_grad(_micro_loss, has_aux=True)
+    grad_fn = jax.value_and_grad(_micro_objective, has_aux=True)
     if k == 1:  # no scan: XLA then sees one straight-line program (no loop-carried gradient buffers)
-        (loss, metrics), grads = grad_fn(state.params, batch, spec)
-        return _apply(state, grads, loss, metrics, spec)
+        (_, sums), grads = grad_fn(state.params, batch, spec)
+        return _apply(state, grads, sums, spec)
     micro_batches = jax.tree.map(lambda x: x.reshape((k, x.shape[0] // k) + x.shape[1:]), batch)
     if batch.prefix_index is not None:  # indices into each micro-batch's own chunk of prefixes
         chunk = batch.prefix_ids.shape[0] // k
@@ -108,30 +116,28 @@ def train_step(state: TrainState, batch: TrainBatch, spec: TrainSpec) -> tuple[T
             prefix_index=micro_batches.prefix_index - (jnp.arange(k, dtype=jnp.int32) * chunk)[:, None])
 
     def accumulate(carry, micro):
-        grads_sum, loss_sum, metrics_sum, filled = carry
-        (loss, metrics), grads = grad_fn(state.params, micro, spec)
-        # The diagnostics average over micro-batches that train some token: the filler rows that pad
-        # a short final batch would otherwise count as a ratio of 0, an entropy of 0, ...
-        has_tokens = (jnp.sum(micro.loss_mask > 0) > 0).astype(jnp.float32)
-        return (jax.tree.map(jnp.add, grads_sum, grads), loss_sum + loss,
-                jax.tree.map(lambda total, m: total + has_tokens * m, metrics_sum, metrics), filled + has_tokens), None
+        grads_sum, sums_total = carry
+        (_, sums), grads = grad_fn(state.params, micro, spec)
+        return (jax.tree.map(jnp.add, grads_sum, grads), jax.tree.map(jnp.add, sums_total, sums)), None
 
     zero_grads = jax.tree.map(jnp.zeros_like, state.params)
-    metric_shapes = jax.eval_shape(lambda: _micro_loss(state.params, jax.tree.map(lambda x: x[0], micro_batches),
-                                                       spec)[1])
-    zero_metrics = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), metric_shapes)
-    zero = jnp.zeros(())
-    (grads, loss, metrics, filled), _ = jax.lax.scan(accumulate, (zero_grads, zero, zero_metrics, zero),
-                                                     micro_batches)
-    grads = jax.tree.map(lambda g: g / k, grads)
-    filled = jnp.maximum(filled, 1.0)
-    return _apply(state, grads, loss / k, {name: value / filled for name, value in metrics.items()}, spec)
+    sums_shapes = jax.eval_shape(lambda: _micro_objective(state.params, jax.tree.map(lambda x: x[0], micro_batches),
+                                                          spec)[1])
+    zero_sums = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), sums_shapes)
+    (grads, sums), _ = jax.lax.scan(accumulate, (zero_grads, zero_sums), micro_batches)
+    return _apply(state, grads, sums, spec)
 
 
-def _apply(state: TrainState, grads, loss, metrics, spec: TrainSpec) -> tuple[TrainState, dict[str, jax.Array]]:
+def _apply(state: TrainState, grad_sums, sums: PPOSums, spec: TrainSpec) -> tuple[TrainState, dict[str, jax.Array]]:
+    """The update from the summed gradients of a whole batch: divided once by its weight (a batch that
+    trains nothing has zero gradients)."""
+    weight = jnp.where(sums.weight > 0, sums.weight, 1.0)
+    grads = jax.tree.map(lambda g: (g / weight).astype(g.dtype), grad_sums)
     updates, opt_state = spec.tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
-    metrics = dict(metrics, loss=loss, grad_norm=optax.tree.norm(grads))
+    loss, metrics = ppo_loss_from_sums(sums, spec.kl_beta)
+    metrics = dict(metrics, loss=loss, grad_norm=optax.tree.norm(grads), loss_weight=sums.weight,
+                   trained_tokens=sums.trained_tokens)
     return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
 
 
@@ -145,6 +151,9 @@ def share_prompt_prefixes(batch: TrainBatch, group_size: int, prefix_length: int
     columns as one prefix (a GRPO group: G rollouts of one prompt), so the train step runs that part
     of the forward and backward once per group. The per-token arrays must lie in the remaining
     columns (`targets.shape[1] <= L - prefix_length`). Host-side (numpy) arrays in and out.
+
+    Not wired into the training loop: `rl/phase.train_phase` shuffles rows across groups and
+    never calls it; bench/train_step.py measures what it saves.
     """
     ids, mask = np.asarray(batch.input_ids), np.asarray(batch.attention_mask)
     rows, length = ids.shape

@@ -5,7 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rlanything_jax.rl import POLICY_LOSSES, ppo_clip_k3_loss
+from rlanything_jax.rl import ppo_clip_k3_loss
+from rlanything_jax.rl.losses import ppo_clip_k3_sums, ppo_loss_from_sums
 
 EPS = 0.2
 
@@ -77,8 +78,47 @@ def test_padding_is_ignored_and_metrics():
     assert float(metrics["entropy"]) == pytest.approx(-((-1 + np.log(1.5)) - 2) / 2, abs=1e-6)
 
 
-def test_per_token_advantages_and_registry():
-    assert POLICY_LOSSES["ppo_clip_k3"] is ppo_clip_k3_loss
+def test_per_token_advantages():
     logp = jnp.zeros((1, 2))
     loss, _ = ppo_clip_k3_loss(logp, logp, jnp.array([[1.0, 3.0]]), jnp.ones((1, 2)), beta=0.0)
     assert float(loss) == pytest.approx(-2.0)
+
+
+def test_log_ratios_are_clamped_at_ten():
+    """A token 15 nats above the sampler's: the ratio is e^10, not e^15 (no gradient past the bound); the KL's
+    log-ratio is clamped too, on both sides."""
+    logp_old = jnp.array([[-20.0]])
+
+    def loss(lp, advantage, beta):
+        return ppo_clip_k3_loss(lp, logp_old, jnp.array([advantage]), jnp.ones((1, 1)), eps=EPS, beta=beta)[0]
+
+    # A < 0, ratio above 1 + eps: the pessimistic unclipped term -r A = e^10 = 22026.4658
+    value, grad = jax.value_and_grad(loss)(logp_old + 15.0, -1.0, 0.0)
+    assert float(value) == pytest.approx(np.exp(10.0), rel=1e-6) and float(grad[0, 0]) == 0.0
+    # k3 with d = logp_new - logp_old = +15: exp(clamp(-15)) - 1 + 15 = e^-10 + 14 = 14.0000454 (e^-15 + 14 unclamped)
+    _, metrics = ppo_clip_k3_loss(logp_old + 15.0, logp_old, jnp.array([0.0]), jnp.ones((1, 1)), beta=1.0)
+    assert float(metrics["kl"]) == pytest.approx(np.exp(-10.0) + 14.0, abs=2e-6)
+    # d = -15: exp(clamp(15)) - 1 - 15 = e^10 - 16 = 22010.4658
+    _, metrics = ppo_clip_k3_loss(logp_old - 15.0, logp_old, jnp.array([0.0]), jnp.ones((1, 1)), beta=1.0)
+    assert float(metrics["kl"]) == pytest.approx(np.exp(10.0) - 16.0, rel=1e-6)
+
+
+@pytest.mark.parametrize("aggregation", ["sequence_mean", "token_mean"])
+def test_sums_of_parts_give_the_loss_of_the_whole(aggregation):
+    """Rows split 1 + 3 (an empty row in the second part): the parts' sums added, then divided once, are the
+    loss and diagnostics of all four rows at once; the plain mean of the parts' losses is not."""
+    rng = np.random.RandomState(0)
+    logp_old = jnp.asarray(rng.randn(4, 5) - 2.0, jnp.float32)
+    logp_new = logp_old + jnp.asarray(0.3 * rng.randn(4, 5), jnp.float32)
+    mask = jnp.asarray([[1, 1, 1, 1, 0], [0.5, 2, 0, 0, 0], [0, 0, 0, 0, 0], [1, 0, 0, 0, 0]], jnp.float32)
+    advantages = jnp.asarray([1.0, -2.0, 0.5, 3.0])
+    whole_loss, whole_metrics = ppo_clip_k3_loss(logp_new, logp_old, advantages, mask, beta=0.1,
+                                                 aggregation=aggregation)
+    parts = [ppo_clip_k3_sums(logp_new[rows], logp_old[rows], advantages[rows], mask[rows], aggregation=aggregation)
+             for rows in (slice(0, 1), slice(1, 4))]
+    loss, metrics = ppo_loss_from_sums(jax.tree.map(jnp.add, *parts), beta=0.1)
+    assert float(loss) == pytest.approx(float(whole_loss), abs=1e-6)
+    for name, value in whole_metrics.items():
+        assert float(metrics[name]) == pytest.approx(float(value), abs=1e-6), name
+    part_losses = [float(ppo_loss_from_sums(p, beta=0.1)[0]) for p in parts]
+    assert abs(np.mean(part_losses) - float(whole_loss)) > 1e-2

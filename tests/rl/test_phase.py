@@ -9,7 +9,7 @@ from flax import nnx
 from rlanything_jax import sharding
 from rlanything_jax.models import Decoder, DecoderConfig
 from rlanything_jax.rl.data import Example
-from rlanything_jax.rl.phase import Learner, _micro_batches_per_update, train_phase
+from rlanything_jax.rl.phase import Learner, _micro_batches_per_update, epoch_seed, train_phase
 from rlanything_jax.rl.train_state import init_train_state
 
 CFG = DecoderConfig(model_type="qwen3", vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=2,
@@ -56,3 +56,10 @@ def test_phase_trains_every_kept_example_in_about_updates_per_step_updates():
     compiled = len(learner.compiled)
     state, _ = train_phase(learner, state, _examples(9, seed=1), seed=1)
     assert len(learner.compiled) <= compiled + 1   # at most a new width bucket
+
+
+def test_epoch_seeds_are_keyed_by_seed_and_epoch():
+    """The old `seed + 7919 * epoch` gave phase 7919's first pass the shuffle of phase 0's second."""
+    seeds = {epoch_seed(seed, epoch) for seed in (0, 1, 7919, 7920) for epoch in range(3)}
+    assert len(seeds) == 12 and all(0 <= s < 2 ** 31 for s in seeds)
+    assert epoch_seed(5, 1) == epoch_seed(5, 1)
