@@ -259,9 +259,9 @@ class WarmStartConfig:
 
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
-    scenario: str = "alfworld"       # a registered scenario (rlanything_jax.scenarios)
+    scenario: str                    # a registered scenario (rlanything_jax.scenarios)
     seed: int = 10086
-    workdir: str = "runs/alfworld"
+    workdir: str = "runs/run"
     ablation: str = "rlanything"     # or outcome_only, fixed_reward_model, policy_reward, step_only (Table 1, Fig. 1)
     model: ModelsConfig = ModelsConfig()
     mesh: MeshConfig = MeshConfig()
@@ -327,7 +327,7 @@ def run_config(cfg: ml_collections.ConfigDict | Mapping[str, Any], config_file: 
     """The typed config of a ConfigDict (as a config file and overrides left it); raises ConfigError."""
     values = cfg.to_dict() if isinstance(cfg, ml_collections.ConfigDict) else dict(cfg)
     tasks = values.pop("tasks", None)
-    scenario = values.get("scenario", RunConfig.scenario)
+    scenario = values.get("scenario")
     if not (isinstance(scenario, str) and scenario in scenario_names()):
         raise ConfigError("scenario", f"must be a registered scenario ({', '.join(scenario_names())})", scenario)
     values["tasks"] = scenario_options(scenario, tasks)

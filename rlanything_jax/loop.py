@@ -1,12 +1,15 @@
-"""One RLAnything step, and the run of many.
+"""One RLAnything step over declared collaborators, and held-out evaluation.
 
-One step: sample tasks (active + pending candidates) -> policy rollouts -> reward-model
-judgments -> accept/reject last step's candidates -> propose rewrites for tasks out of
-the band -> policy update on integrated step rewards -> reward-model update on
-consistency rewards (tasks in the band) -> new weights into both samplers, in memory
--> checkpoint -> metrics. Every constant comes from the config (`LoopSettings`).
+One step: sample tasks (active + pending candidates) -> policy rollouts (`Episode`s) ->
+the reward model's judgments of every step (`StepJudgments`) or its unit tests
+(`UnitTestJudgments`) -> accept/reject last step's candidates -> propose rewrites for
+tasks out of the band -> policy update on integrated step rewards -> reward-model update
+on consistency rewards (tasks in the band) or unit-test rewards -> new weights into both
+samplers, in memory. Every constant comes from `LoopSettings`.
 
-The loop is host-side orchestration; the math lives in `rl/` and `curriculum/`.
+`rl_step` reaches the models and the environments only through the protocols below, so a
+test can run a step with fakes; stages hand each other immutable records. The math lives
+in `rl/`, `agents/examples.py`, `agents/unit_tests.py` and `curriculum/`.
 """
 
 from __future__ import annotations
@@ -14,34 +17,81 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import numpy as np
 
-from rlanything_jax.agents.judging import JudgeConfig, judge_episodes
-from rlanything_jax.agents.scenario import JUDGE_STEPS
-from rlanything_jax.agents.rollout import RolloutConfig, play_episodes
-from rlanything_jax.agents.trajectory import Episode, group_by_task, task_accuracy
-from rlanything_jax.curriculum.adaptation import difficulty_direction
-from rlanything_jax.curriculum.task_pool import (Candidate, TaskPool, propose, resolve_candidates,
-                                                 sample_step_tasks)
-from rlanything_jax.envs.base import Task
 from rlanything_jax.agents.examples import SignalConfig, policy_examples, reward_model_examples
-from rlanything_jax.rl.phase import Learner, train_phase
+from rlanything_jax.agents.judging import JudgeConfig
+from rlanything_jax.agents.rollout import RolloutConfig
+from rlanything_jax.agents.scenario import JUDGE_STEPS, WRITE_UNIT_TESTS
+from rlanything_jax.agents.trajectory import Episode, JudgedEpisode, StepJudgments, group_by_task, task_accuracy
+from rlanything_jax.agents.unit_tests import UnitTestJudgments, unit_test_examples, unit_test_metrics
+from rlanything_jax.curriculum.adaptation import difficulty_direction
+from rlanything_jax.curriculum.generators import TaskGenerator
+from rlanything_jax.curriculum.task_pool import Candidate, TaskPool, propose, resolve_candidates, sample_step_tasks
+from rlanything_jax.envs.base import Task
+from rlanything_jax.rl.data import Example
 from rlanything_jax.rl.train_state import TrainState
-from rlanything_jax.sampling.sampler import Sampler
 from rlanything_jax.seeds import derive_rng, derive_seed
 
+# ---------------------------------------------------------------- collaborators
 
-class TaskGenerator(Protocol):
-    """Proposes a rewrite of a slot's raw task in a direction ("harder"/"easier"), or None."""
 
-    def propose(self, raw: Task, active: Task, direction: str, accuracy: float,
-                episodes: Sequence[Episode], step: int) -> Task | None: ...
+class Rollouts(Protocol):
+    """Plays episodes with the current policy (agents.rollout.RolloutEngine)."""
+
+    def play(self, tasks: Sequence[Task], config: RolloutConfig, metrics: Counter) -> list[Episode]: ...
+
+    def update_params(self, params: Any) -> None: ...
+
+
+class StepJudge(Protocol):
+    """The reward model judging every step m times (agents.judging.StepJudge)."""
+
+    def judge(self, episodes: Sequence[Episode], config: JudgeConfig,
+              metrics: Counter) -> list[StepJudgments | None]: ...
+
+    def update_params(self, params: Any) -> None: ...
+
+
+class UnitTestWriter(Protocol):
+    """The reward model writing m unit tests per task (agents.unit_tests.UnitTestWriter)."""
+
+    def write(self, groups: Mapping[str, Sequence[Episode]], config: JudgeConfig,
+              metrics: Counter) -> dict[str, UnitTestJudgments]: ...
+
+    def update_params(self, params: Any) -> None: ...
+
+
+class Trainer(Protocol):
+    """One training phase of a model (rl.phase.Learner): examples -> a new train state and its metrics."""
+
+    def train(self, state: TrainState, examples: Sequence[Example], seed: int, metrics: Counter,
+              prefix: str) -> tuple[TrainState, dict[str, float]]: ...
 
 
 StepLabeler = Callable[[Episode, int], "int | None"]  # expert label of step t: +1 good, -1 bad, None unknown
+
+
+@dataclasses.dataclass(frozen=True)
+class Services:
+    """The resident collaborators of a run; built once by `run.build_system`."""
+
+    policy: Rollouts
+    policy_trainer: Trainer
+    reward_trainer: Trainer
+    judge: StepJudge | None = None               # the reward model, when the scenario's judges steps
+    test_writer: UnitTestWriter | None = None    # the reward model, when the scenario's writes unit tests
+    generator: TaskGenerator | None = None
+    step_labeler: StepLabeler | None = None
+    seed: int = 0
+    log: Callable[[str], None] = print
+
+    @property
+    def reward_model(self) -> StepJudge | UnitTestWriter | None:
+        return self.judge if self.judge is not None else self.test_writer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,7 +101,7 @@ class LoopSettings:
     judge: JudgeConfig
     signal: SignalConfig
     reward_model_use: str | None = JUDGE_STEPS  # the scenario's (agents.scenario); None: no reward model
-    unit_tests_in_policy_reward: bool = False
+    unit_tests_in_policy_reward: bool = False   # add lambda x (passed RM tests) to the policy's reward
     pack_turns: bool = True            # one policy example per episode (rl/data.pack_turns), not per step
     train_reward_model: bool = True
     adapt_environment: bool = True
@@ -61,12 +111,7 @@ class LoopSettings:
     accept_high: float = 0.8
 
 
-    @property
-    def judge_steps(self) -> bool:
-        return self.reward_model_use == JUDGE_STEPS
-
-
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class SystemState:
     """Everything a checkpoint holds (the samplers are rebuilt from the params)."""
 
@@ -76,81 +121,92 @@ class SystemState:
     pool: TaskPool
 
 
-@dataclasses.dataclass
-class Services:
-    """The resident pieces one run uses; built once by `main`."""
-
-    policy_sampler: Sampler
-    reward_sampler: Sampler
-    policy_learner: Learner
-    reward_learner: Learner
-    runner: Any                        # envs.runner.EnvRunner
-    scenario: Any                      # agents.scenario.PolicyPrompts + StepJudgePrompts
-    generator: TaskGenerator | None
-    step_labeler: StepLabeler | None
-    seed: int
-    log: Callable[[str], None] = print
+# ---------------------------------------------------------------- the step
 
 
 def rl_step(state: SystemState, services: Services, settings: LoopSettings) -> tuple[SystemState, dict[str, float]]:
     started = time.perf_counter()
-    step = state.step + 1
+    step, seed = state.step + 1, services.seed
     metrics: Counter = Counter()
-    rng = derive_rng(services.seed, "tasks", step)
-    picked = sample_step_tasks(state.pool, settings.tasks_per_step, rng)
+    phase = _PhaseClock(services.log, step, metrics)
+    generator_before = Counter(services.generator.metrics) if services.generator is not None else Counter()
+    picked = sample_step_tasks(state.pool, settings.tasks_per_step, derive_rng(seed, "tasks", step))
     active = [state.pool.slots[i].active for i in picked.active]
     pending = [state.pool.slots[i].pending.task for i in picked.pending]
-    rollout_cfg = dataclasses.replace(settings.rollout, seed=derive_seed(services.seed, "rollout", step))
-    phase = _PhaseClock(services.log, step, metrics)
-    episodes = play_episodes(services.policy_sampler, services.runner, services.scenario, active + pending,
-                             rollout_cfg, metrics=metrics)
+    episodes = services.policy.play(active + pending,
+                                    dataclasses.replace(settings.rollout, seed=derive_seed(seed, "rollout", step)),
+                                    metrics)
     check_environment(episodes, f"step {step}")
     failed = sum(e.env_error is not None for e in episodes)
     phase.done("rollout", f"{len(episodes)} episodes of {len(active)} tasks + {len(pending)} candidates, "
                           f"{sum(e.won for e in episodes)} won{f', {failed} failed in the environment' if failed else ''}")
-    if settings.judge_steps:
-        judge_episodes(services.reward_sampler, services.scenario, episodes,
-                       dataclasses.replace(settings.judge, seed=derive_seed(services.seed, "judge", step)), metrics)
+
+    judge_config = dataclasses.replace(settings.judge, seed=derive_seed(seed, "judge", step))
+    judgments: list[StepJudgments | None] = [None] * len(episodes)
+    if settings.reward_model_use == JUDGE_STEPS:
+        judgments = services.judge.judge(episodes, judge_config, metrics)
         phase.done("judge", f"{sum(len(e.steps) for e in episodes)} steps x {settings.judge.num_judgments}")
-    groups = group_by_task(episodes)
-    accuracy = {task_id: task_accuracy(eps) for task_id, eps in groups.items()}
+    groups = group_by_task([JudgedEpisode(e, j) for e, j in zip(episodes, judgments)])
+    unit_tests: dict[str, UnitTestJudgments] = {}
+    if settings.reward_model_use == WRITE_UNIT_TESTS:
+        unit_tests = services.test_writer.write({k: [j.episode for j in v] for k, v in groups.items()},
+                                                judge_config, metrics)
+        phase.done("unit tests", f"{settings.judge.num_judgments} tests x {len(unit_tests)} tasks")
+    accuracy = {task_id: task_accuracy(judged) for task_id, judged in groups.items()}
 
     pool, accepted, rejected = resolve_candidates(
         state.pool, {t.task_id: accuracy.get(t.task_id) for t in pending}, step,
         settings.accept_low, settings.accept_high)
     for task_id in rejected:  # a rejected candidate's rollouts are not trained on
         groups.pop(task_id, None)
+        unit_tests.pop(task_id, None)
     if settings.adapt_environment and services.generator is not None:
         pool = _adapt(pool, picked.active, groups, accuracy, services.generator, settings, step, metrics)
 
-    policy_state, policy_metrics = train_phase(
-        services.policy_learner, state.policy,
-        policy_examples(groups, settings.signal, metrics, pack_turns=settings.pack_turns),
-        seed=derive_seed(services.seed, "policy_data", step), metrics=metrics, prefix="policy")
+    bonus = _unit_test_bonus(unit_tests, settings) if settings.unit_tests_in_policy_reward else None
+    policy_state, policy_metrics = services.policy_trainer.train(
+        state.policy, policy_examples(groups, settings.signal, metrics, settings.pack_turns, bonus),
+        derive_seed(seed, "policy_data", step), metrics, "policy")
     phase.done("policy update", f"{int(metrics['policy/updates'])} updates")
     reward_state, reward_metrics = state.reward, {}
-    if settings.train_reward_model and settings.judge_steps:
-        reward_state, reward_metrics = train_phase(
-            services.reward_learner, state.reward, reward_model_examples(groups, settings.signal, metrics),
-            seed=derive_seed(services.seed, "reward_data", step), metrics=metrics, prefix="reward")
+    if settings.train_reward_model:
+        examples = (reward_model_examples(groups, settings.signal, metrics) if settings.reward_model_use == JUDGE_STEPS
+                    else unit_test_examples(unit_tests, metrics))   # unparseable tests as the reference scores them
+        reward_state, reward_metrics = services.reward_trainer.train(
+            state.reward, examples, derive_seed(seed, "reward_data", step), metrics, "reward")
         phase.done("reward-model update", f"{int(metrics['reward/updates'])} updates")
-    services.policy_sampler.update_params(policy_state.params)
-    services.reward_sampler.update_params(reward_state.params)
+    services.policy.update_params(policy_state.params)
+    if services.reward_model is not None:
+        services.reward_model.update_params(reward_state.params)
 
-    played = [e for e in episodes if e.env_error is None and e.task.task_id not in rejected]
+    played = [j for judged in groups.values() for j in judged if j.episode.env_error is None]
     report = dict(metrics)  # counts so far; the values below replace, never add
     report.update(policy_metrics)
     report.update(reward_metrics)
-    report.update(episode_metrics(played, services.step_labeler, settings.judge_steps))
-    if services.generator is not None and hasattr(services.generator, "metrics"):
-        report.update({f"curriculum/generator/{k}": v for k, v in dict(services.generator.metrics).items()})
+    report.update(episode_metrics(played, services.step_labeler))
+    if unit_tests:
+        report.update(unit_test_metrics(unit_tests))
+    if services.generator is not None:   # this step's counts: a resumed run reports what an uninterrupted one does
+        made = Counter(services.generator.metrics)
+        made.subtract(generator_before)
+        report.update({f"curriculum/generator/{k}": v for k, v in made.items() if v})
     report.update({"curriculum/accepted": len(accepted), "curriculum/rejected": len(rejected),
                    "curriculum/accepted_total": pool.accepted_count,
                    "curriculum/pending": sum(s.pending is not None for s in pool.slots),
                    "time/step_s": time.perf_counter() - started})
-    for role, sampler in (("policy", services.policy_sampler), ("reward", services.reward_sampler)):
-        report[f"sampler/{role}_compilations"] = sum(sampler.compilations.values())  # so far, in this process
     return SystemState(step=step, policy=policy_state, reward=reward_state, pool=pool), report
+
+
+def _unit_test_bonus(unit_tests: Mapping[str, UnitTestJudgments], settings: LoopSettings) -> dict[str, np.ndarray]:
+    """lambda x the fraction of the reward model's valid tests each policy program passes, per task (the
+    policy's programs come first among the judged codes, in the order of the task's trainable episodes)."""
+    bonus = {}
+    for task_id, judged in unit_tests.items():
+        valid = judged.valid
+        programs = judged.program_passes[:judged.num_policy_programs]
+        passed = programs[:, valid].mean(axis=1) if valid.any() else np.zeros(len(programs))
+        bonus[task_id] = settings.signal.step_weight * passed
+    return bonus
 
 
 class EnvironmentFailure(RuntimeError):
@@ -179,8 +235,9 @@ class _PhaseClock:
         self.last = now
 
 
-def _adapt(pool: TaskPool, slot_indices: Sequence[int], groups, accuracy, generator: TaskGenerator,
-           settings: LoopSettings, step: int, metrics: Counter) -> TaskPool:
+def _adapt(pool: TaskPool, slot_indices: Sequence[int], groups: Mapping[str, Sequence[JudgedEpisode]],
+           accuracy: Mapping[str, float | None], generator: TaskGenerator, settings: LoopSettings, step: int,
+           metrics: Counter) -> TaskPool:
     """Asks for a rewrite of every played active task whose accuracy left the band."""
     for index in slot_indices:
         slot = pool.slots[index]
@@ -200,29 +257,29 @@ def _adapt(pool: TaskPool, slot_indices: Sequence[int], groups, accuracy, genera
     return pool
 
 
-def episode_metrics(episodes: Sequence[Episode], step_labeler: StepLabeler | None,
-                    judged: bool) -> dict[str, float]:
+# ---------------------------------------------------------------- metrics and evaluation
+
+
+def episode_metrics(judged: Sequence[JudgedEpisode], step_labeler: StepLabeler | None) -> dict[str, float]:
     """Success rate, steps, and the reward model's agreement with expert step labels and outcomes."""
     out: dict[str, float] = {}
-    if not episodes:
-        return out
-    out["rollout/success_rate"] = float(np.mean([e.won for e in episodes]))
-    out["rollout/mean_steps"] = float(np.mean([len(e.steps) for e in episodes]))
     if not judged:
         return out
+    out["rollout/success_rate"] = float(np.mean([j.episode.won for j in judged]))
+    out["rollout/mean_steps"] = float(np.mean([len(j.episode.steps) for j in judged]))
     step_hits, outcome_hits = [], []
-    for episode in episodes:
-        if episode.judgments is None or not len(episode.steps):
+    for item in judged:
+        episode, judgments = item.episode, item.judgments
+        if judgments is None or not episode.steps:
             continue
-        votes = np.where(episode.judgment_valid, episode.judgments, 0).astype(np.float32)
-        step_scores = votes.mean(axis=1)
+        votes = np.where(judgments.valid, judgments.scores, 0).astype(np.float32)
         # Outcome accuracy: the sign of the mean step score predicts the outcome.
-        outcome_hits.append((step_scores.mean() > 0) == episode.won)
+        outcome_hits.append((votes.mean(axis=1).mean() > 0) == episode.won)
         if step_labeler is not None:
             for t in range(len(episode.steps)):
                 label = step_labeler(episode, t)
                 if label is not None:
-                    step_hits.extend(list(np.where(episode.judgment_valid[t], episode.judgments[t], 0) == label))
+                    step_hits.extend(list(np.where(judgments.valid[t], judgments.scores[t], 0) == label))
     if outcome_hits:
         out["reward_model/outcome_accuracy"] = float(np.mean(outcome_hits))
     if step_hits:
@@ -230,16 +287,15 @@ def episode_metrics(episodes: Sequence[Episode], step_labeler: StepLabeler | Non
     return out
 
 
-def evaluate(policy_sampler: Sampler, runner: Any, scenario: Any, tasks: Sequence[Task],
-             rollout: RolloutConfig, tasks_per_call: int = 0) -> dict[str, float]:
+def evaluate(policy: Rollouts, tasks: Sequence[Task], rollout: RolloutConfig,
+             tasks_per_call: int = 0) -> dict[str, float]:
     """Held-out success rate of the current policy, playing `tasks_per_call` tasks at a time (0: all):
     batches the size of a training step's reuse its compiled programs and bound the cache's memory."""
     metrics: Counter = Counter()
     chunk = tasks_per_call or max(len(tasks), 1)
     episodes = []
     for start in range(0, len(tasks), chunk):
-        episodes += play_episodes(policy_sampler, runner, scenario, tasks[start:start + chunk], rollout,
-                                  metrics=metrics)
+        episodes += policy.play(tasks[start:start + chunk], rollout, metrics)
     check_environment(episodes, "held-out evaluation")
     played = [e for e in episodes if e.env_error is None]
     return {"eval/success_rate": float(np.mean([e.won for e in played])) if played else float("nan"),

@@ -201,7 +201,12 @@ def format_step_line(step: int, total: int, metrics: Mapping[str, Any]) -> str:
         value = _scalar(metrics.get(key))
         return format(value, fmt) if value is not None else "-"
 
+    if "reward_model/unit_test_accuracy" in metrics:   # a reward model that writes unit tests
+        reward_model = (f"rm test acc {get('reward_model/unit_test_accuracy', '.2f')} "
+                        f"(valid {get('reward_model/unit_test_valid', '.2f')})")
+    else:
+        reward_model = (f"rm step acc {get('reward_model/step_accuracy', '.2f')} "
+                        f"(probe {get('reward_model/probe_step_accuracy', '.2f')})")
     return (f"{progress_bar(step, total)} step {step}/{total}  success {get('rollout/success_rate', '.2f')}  "
-            f"rm step acc {get('reward_model/step_accuracy', '.2f')} (probe {get('reward_model/probe_step_accuracy', '.2f')})  "
-            f"accepted {get('curriculum/accepted_total', '.0f')}  "
+            f"{reward_model}  accepted {get('curriculum/accepted_total', '.0f')}  "
             f"held-out {get('eval/success_rate', '.2f')}  {get('time/step_s', '.1f')} s/step")

@@ -1,9 +1,10 @@
 """Play one task of a scenario and print the transcript and a JSON summary.
 
-    python -m rlanything_jax.play --scenario alfworld --seed 3 --task-type pick_heat_then_place_in_recep --expert
-    python -m rlanything_jax.play --scenario textworld --seed 1 --task-type coin_collector --expert
-    python -m rlanything_jax.play --scenario coding --seed 0 --task-type humaneval --expert
-    python -m rlanything_jax.play --scenario alfworld --seed 3 --model package:smollm2-135m-instruct
+    python -m rlanything_jax.play --scenario NAME --seed 3 [--task-type TYPE] --expert
+    python -m rlanything_jax.play --scenario NAME --seed 3 --model package:smollm2-135m-instruct
+
+NAME is a registered scenario (`--help` lists them); TYPE picks a kind of task where the
+scenario has several (its error message lists them).
 
 The last line of output is the summary: {"won": ..., "steps": ..., "task_id": ...}.
 """

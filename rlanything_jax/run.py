@@ -20,7 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from rlanything_jax import assemble, warm_start
-from rlanything_jax.agents.scenario import JUDGE_STEPS, Scenario, TaskSets
+from rlanything_jax.agents.judging import StepJudge
+from rlanything_jax.agents.rollout import RolloutEngine
+from rlanything_jax.agents.scenario import JUDGE_STEPS, WRITE_UNIT_TESTS, Scenario, TaskSets
+from rlanything_jax.agents.unit_tests import UnitTestWriter
 from rlanything_jax.checkpoint import SystemCheckpointer, abstract_like
 from rlanything_jax.config import RunConfig
 from rlanything_jax.curriculum.task_pool import TaskPool, pool_from_json, pool_to_json
@@ -30,6 +33,7 @@ from rlanything_jax.envs.runner import EnvRunner
 from rlanything_jax.loop import LoopSettings, Services, SystemState, evaluate, rl_step
 from rlanything_jax.metrics import MetricsWriter, format_step_line, plot_curves, read_metrics
 from rlanything_jax.probe import build_judge_probe, probe_accuracy
+from rlanything_jax.rl.phase import Learner
 from rlanything_jax.rl.train_state import init_train_state
 from rlanything_jax.sampling.sampler import Sampler
 
@@ -54,13 +58,15 @@ class System:
     services: Services
     settings: LoopSettings
     runner: EnvRunner
+    samplers: dict[str, Sampler]      # by role: "policy", "reward"
+    learners: dict[str, Learner]
     expert_env: Any
     probe: Callable[[], dict[str, float]]
 
     def initial_state(self) -> SystemState:
         return SystemState(step=0,
-                           policy=init_train_state(self.services.policy_sampler.params, self.services.policy_learner.tx),
-                           reward=init_train_state(self.services.reward_sampler.params, self.services.reward_learner.tx),
+                           policy=init_train_state(self.samplers["policy"].params, self.learners["policy"].tx),
+                           reward=init_train_state(self.samplers["reward"].params, self.learners["reward"].tx),
                            pool=TaskPool.from_tasks(self.tasks.train))
 
 
@@ -122,13 +128,16 @@ def build_system(cfg: RunConfig, workdir: Path, log: Callable[[str], None]) -> S
     runner = EnvRunner(num_workers=cfg.env.workers or None, step_timeout_s=cfg.env.step_timeout_s,
                        env_modules=(scenario.env_module,))
     expert = scenario.expert
-    services = Services(policy_sampler=samplers["policy"], reward_sampler=samplers["reward"],
-                        policy_learner=learners["policy"], reward_learner=learners["reward"], runner=runner,
-                        scenario=scenario.prompts,
-                        generator=assemble.task_generator(cfg, scenario, workdir, environment_sampler),
-                        step_labeler=None if expert is None else expert.step_label, seed=cfg.seed, log=log)
+    use = scenario.reward_model_use
+    services = Services(
+        policy=RolloutEngine(samplers["policy"], runner, scenario.prompts),
+        policy_trainer=learners["policy"], reward_trainer=learners["reward"],
+        judge=StepJudge(samplers["reward"], scenario.prompts) if use == JUDGE_STEPS else None,
+        test_writer=UnitTestWriter(samplers["reward"], scenario.prompts) if use == WRITE_UNIT_TESTS else None,
+        generator=assemble.task_generator(cfg, scenario, workdir, environment_sampler),
+        step_labeler=None if expert is None else expert.step_label, seed=cfg.seed, log=log)
     system = System(cfg=cfg, workdir=workdir, scenario=scenario, tasks=tasks, services=services, settings=settings,
-                    runner=runner, expert_env=expert_env, probe=dict)
+                    runner=runner, samplers=samplers, learners=learners, expert_env=expert_env, probe=dict)
     system.probe = _judge_probe(system)
     return system
 
@@ -136,15 +145,15 @@ def build_system(cfg: RunConfig, workdir: Path, log: Callable[[str], None]) -> S
 def _judge_probe(system: System) -> Callable[[], dict[str, float]]:
     """The reward model's accuracy on a fixed probe of expert-labelled held-out steps (`probe.py`), as a
     function of the reward sampler's current weights; a no-op without a probe."""
-    cfg, settings, services = system.cfg, system.settings, system.services
+    cfg, settings, reward_sampler = system.cfg, system.settings, system.samplers["reward"]
     count = min(cfg.eval.judge_probe_tasks, len(system.tasks.eval))
     if not (count and settings.reward_model_use == JUDGE_STEPS and system.scenario.expert is not None):
         return dict
-    probe = build_judge_probe(system.tasks.eval[:count], system.scenario, services.reward_sampler.tokenizer,
+    probe = build_judge_probe(system.tasks.eval[:count], system.scenario, reward_sampler.tokenizer,
                               system.expert_env, cfg.seed, cfg.warm_start.negatives_per_step,
                               max_prompt_tokens=settings.judge.max_prompt_tokens)
     config = dataclasses.replace(settings.judge, seed=cfg.seed)  # the same samples' randomness every time
-    measure = functools.partial(probe_accuracy, services.reward_sampler, system.scenario.prompts, probe, config)
+    measure = functools.partial(probe_accuracy, reward_sampler, system.scenario.prompts, probe, config)
     if settings.train_reward_model:
         return measure
     # A reward model that is not trained gives the same figures every step: judge the probe once.
@@ -153,8 +162,8 @@ def _judge_probe(system: System) -> Callable[[], dict[str, float]]:
 
 
 def _sync_samplers(system: System, state: SystemState) -> None:
-    system.services.policy_sampler.update_params(state.policy.params)
-    system.services.reward_sampler.update_params(state.reward.params)
+    system.samplers["policy"].update_params(state.policy.params)
+    system.samplers["reward"].update_params(state.reward.params)
 
 
 def _evaluate(system: System) -> dict[str, float]:
@@ -164,20 +173,19 @@ def _evaluate(system: System) -> dict[str, float]:
     rollout = assemble.eval_rollout(cfg, system.settings)
     # Held-out episodes per call = a training step's: same compiled shapes, bounded memory.
     chunk = max(1, cfg.rollout.tasks_per_step * cfg.rollout.group_size // cfg.eval.group_size)
-    return evaluate(system.services.policy_sampler, system.runner, system.services.scenario, system.tasks.eval,
-                    rollout, chunk)
+    return evaluate(system.services.policy, system.tasks.eval, rollout, chunk)
 
 
 def _warm_start(system: System, state: SystemState, log: Callable[[str], None]) -> SystemState:
-    cfg, services = system.cfg, system.services
+    cfg, learners = system.cfg, system.learners
     policy_examples, reward_examples = warm_start.warm_start_examples(
-        system.scenario, system.tasks.warm_start, system.expert_env, services.policy_sampler.tokenizer,
-        services.reward_sampler.tokenizer, cfg.warm_start, cfg.seed)
+        system.scenario, system.tasks.warm_start, system.expert_env, system.samplers["policy"].tokenizer,
+        system.samplers["reward"].tokenizer, cfg.warm_start, cfg.seed)
     log(f"warm start: {len(policy_examples)} policy and {len(reward_examples)} reward-model examples "
         f"from {len(system.tasks.warm_start)} expert tasks")
-    policy = warm_start.train_supervised(services.policy_learner, state.policy, policy_examples, cfg.warm_start,
+    policy = warm_start.train_supervised(learners["policy"], state.policy, policy_examples, cfg.warm_start,
                                          cfg.warm_start.policy_epochs, cfg.seed, "policy", log)
-    reward = warm_start.train_supervised(services.reward_learner, state.reward, reward_examples, cfg.warm_start,
+    reward = warm_start.train_supervised(learners["reward"], state.reward, reward_examples, cfg.warm_start,
                                          cfg.warm_start.reward_epochs, cfg.seed, "reward", log)
     return dataclasses.replace(state, policy=policy, reward=reward)
 
@@ -220,6 +228,8 @@ def run_loop(system: System, state: SystemState, checkpointer: SystemCheckpointe
     loop = system.cfg.loop
     while state.step < loop.total_steps:
         state, metrics = rl_step(state, system.services, system.settings)
+        for role, sampler in system.samplers.items():
+            metrics[f"sampler/{role}_compilations"] = sum(sampler.compilations.values())  # so far, in this process
         metrics.update(system.probe())
         if state.step % loop.eval_every == 0 or state.step == loop.total_steps:
             metrics.update(_evaluate(system))
@@ -261,12 +271,13 @@ def finish(cfg: RunConfig, workdir: Path, seconds: float) -> dict:
                "steps": cfg.loop.total_steps,
                "held_out_success_start": evals[0][1] if evals else None,
                "held_out_success_end": evals[-1][1] if evals else None,
-               "accepted_tasks": max((line.get("curriculum/accepted_total", 0) for line in lines), default=0),
+               "accepted_tasks": int(max((line.get("curriculum/accepted_total", 0) for line in lines), default=0)),
                "seconds_this_session": round(seconds, 1)}
     for key in ("reward_model/step_accuracy", "reward_model/probe_step_accuracy", "reward_model/outcome_accuracy",
                 "reward_model/unit_test_accuracy"):
         values = [line[key] for line in lines if isinstance(line.get(key), float)]
-        summary[key + "_first"], summary[key + "_last"] = (values[0], values[-1]) if values else (None, None)
+        if values:   # a scenario reports the reward-model accuracies of its kind of reward model
+            summary[key + "_first"], summary[key + "_last"] = values[0], values[-1]
     (workdir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     plot_curves(lines, CURVES, workdir / "curves.png", title=f"{cfg.config_file or cfg.scenario} / {cfg.ablation} / "
                                                              f"seed {cfg.seed}")

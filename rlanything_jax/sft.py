@@ -39,7 +39,7 @@ def expert_episode(task: Task, expert_steps: Sequence[ExpertStep], prompts, toke
     With a tokenizer, every step carries the exact prompt and response tokens (the stop
     token ends each response); without one, only the text fields (enough for judge prompts).
     """
-    episode = Episode(task=task, group_index=0, won=True, end_reason="won")
+    steps: list[StepRecord] = []
     history: list[int] = []
     stop_id = end_of_turn_id(tokenizer) if tokenizer is not None else None
     for t, step in enumerate(expert_steps):
@@ -49,15 +49,16 @@ def expert_episode(task: Task, expert_steps: Sequence[ExpertStep], prompts, toke
             if t == 0:
                 history = first_prompt(tokenizer, prompts.initial_messages(task, step.observation))
             else:
-                history = history + turn_delta(tokenizer, prompts.turn_message(episode, step.observation), "stop",
+                so_far = Episode(task=task, group_index=0, steps=tuple(steps))
+                history = history + turn_delta(tokenizer, prompts.turn_message(so_far, step.observation), "stop",
                                                tokenizer.decode([stop_id]))
             response = tokenizer.encode(answer) + [stop_id]
-        episode.steps.append(StepRecord(
-            observation=step.observation, prompt_tokens=list(history), response_tokens=response,
-            logprobs=[float("nan")] * len(response), response_text=answer, finish_reason="stop",
+        steps.append(StepRecord(
+            observation=step.observation, prompt_tokens=tuple(history), response_tokens=tuple(response),
+            logprobs=(float("nan"),) * len(response), response_text=answer, finish_reason="stop",
             action=step.action, parse_status="ok", next_observation=step.next_observation))
         history = history + response
-    return episode
+    return Episode(task=task, group_index=0, steps=tuple(steps), won=True, end_reason="won")
 
 
 def policy_sft_examples(episode: Episode, pack: bool = True) -> list[Example]:

@@ -5,15 +5,15 @@ Everything `rl_step` runs is real: the policy and reward-model samplers, the env
 runner, the procedural task generator, the task pool, the reward and advantage code and
 both train phases. Two things are scripted so that the outcome of every group is known in
 advance and the expectations can be computed by hand:
-- the actions sent to the environment (`play_episodes`' own `action_override`): rollout g of
+- the actions sent to the environment (the rollout engine's own `action_override`): rollout g of
   a task wins iff g < its scripted number of wins, by playing the expert's walkthrough (odd g
   after one "look" when there is room); the others only look around until the turn limit.
   The policy's responses are still sampled and recorded, and are what the train phases see.
 - the reading of the judge's text: an untrained model never writes `\\boxed{..}`, so a text
   the real parser rejects is mapped, by a hash of the text, to +1, -1 or "invalid", which
   gives a mix of all three votes.
-The train phases, the example builders and the generator are wrapped by recorders that call
-the real functions.
+Every collaborator `rl_step` is given (rollouts, judge, trainers, generator) is wrapped by a
+recorder that calls the real one: nothing is monkeypatched.
 
 Script (slot: step-1 task and wins of G = 8 | step-2 task and wins). Bands: policy data [1/8, 7/8],
 reward-model data [0.2, 0.8], rewrites outside [0.2, 0.8], acceptance in [0.2, 0.8].
@@ -34,8 +34,10 @@ import jax
 import numpy as np
 import pytest
 
-from rlanything_jax import assemble, loop, sharding
-from rlanything_jax.agents.judging import ParsedJudgment
+from rlanything_jax import assemble, sharding
+from rlanything_jax.agents.judging import StepJudge
+from rlanything_jax.agents.rollout import RolloutEngine
+from rlanything_jax.agents.trajectory import JudgedEpisode, ParsedJudgment
 from rlanything_jax.config import load_config
 from rlanything_jax.curriculum.adaptation import accept_candidate
 from rlanything_jax.curriculum.task_pool import Candidate, TaskPool, propose
@@ -100,8 +102,9 @@ class _HashedJudge:
         return ParsedJudgment(score=(1, -1, 0)[code], valid=code < 2, status="hashed")
 
 
-def _services(cfg, workdir: Path, runner) -> tuple[Services, SystemState, list]:
-    """What `run.run_rl` builds (without warm start or checkpoints)."""
+def _services(cfg, workdir: Path, runner, script: _Script) -> tuple[Services, SystemState, list, "_Recorder"]:
+    """What `run.build_system` builds (without warm start or checkpoints), each collaborator wrapped by a
+    recorder that calls the real one."""
     # One device, as the default configuration runs on a CPU (the suite fakes 8, for sharding tests).
     mesh = sharding.build_mesh(dict(cfg.mesh.shape), devices=jax.devices()[:1])
     scenario = assemble.build_scenario(cfg)
@@ -114,71 +117,94 @@ def _services(cfg, workdir: Path, runner) -> tuple[Services, SystemState, list]:
         model, tokenizer = assemble.load_model(cfg, role, directory, mesh)
         samplers[role] = assemble.sampler_for(cfg, model, tokenizer, mesh)
         learners[role] = assemble.learner_for(cfg, role, model, tokenizer, mesh)
-    services = Services(policy_sampler=samplers["policy"], reward_sampler=samplers["reward"],
-                        policy_learner=learners["policy"], reward_learner=learners["reward"], runner=runner,
-                        scenario=_HashedJudge(scenario.prompts),
-                        generator=assemble.task_generator(cfg, scenario, workdir, None),
-                        step_labeler=scenario.expert.step_label, seed=cfg.seed, log=print)
+    record = _Recorder()
+    services = Services(
+        policy=record.wrap_policy(RolloutEngine(samplers["policy"], runner, scenario.prompts, script.action)),
+        judge=record.wrap_judge(StepJudge(samplers["reward"], _HashedJudge(scenario.prompts))),
+        policy_trainer=record.wrap_trainer(learners["policy"]), reward_trainer=record.wrap_trainer(learners["reward"]),
+        generator=record.wrap_generator(assemble.task_generator(cfg, scenario, workdir, None)),
+        step_labeler=scenario.expert.step_label, seed=cfg.seed, log=print)
     state = SystemState(step=0, policy=init_train_state(samplers["policy"].params, learners["policy"].tx),
                         reward=init_train_state(samplers["reward"].params, learners["reward"].tx),
                         pool=TaskPool.from_tasks(tasks.train))
-    return services, state, tasks.train
+    return services, state, tasks.train, record, samplers, learners
 
 
 class _Recorder:
-    """Wraps what `rl_step` calls and keeps what it was given."""
+    """Wraps each collaborator `rl_step` is given and keeps what it was given; the real one does the work."""
 
-    def __init__(self, monkeypatch, script: _Script, generator):
-        self.episodes, self.trained, self.groups, self.proposals = [], [], {}, []
-        real_play, real_train = loop.play_episodes, loop.train_phase
-        real_policy, real_reward = loop.policy_examples, loop.reward_model_examples
-        real_propose = generator.propose
+    def __init__(self):
+        self.episodes, self.judgments, self.trained, self.proposals = [], [], [], []
 
-        def play(sampler, runner, scenario, tasks, config, **kwargs):
-            assert "action_override" not in kwargs
-            episodes = real_play(sampler, runner, scenario, tasks, config, action_override=script.action, **kwargs)
-            self.episodes.append(episodes)  # judged in place afterwards
-            return episodes
+    def wrap_policy(self, engine):
+        recorder = self
 
-        def train(learner, state, examples, seed, metrics=None, prefix="policy"):
-            self.trained.append((prefix, learner, list(examples)))
-            return real_train(learner, state, examples, seed=seed, metrics=metrics, prefix=prefix)
+        class Policy:
+            def play(self, tasks, config, metrics):
+                episodes = engine.play(tasks, config, metrics)
+                recorder.episodes.append(episodes)
+                return episodes
 
-        def policy_examples(groups, cfg, metrics=None, pack_turns=False):
-            self.groups["policy"] = set(groups)
-            return real_policy(groups, cfg, metrics, pack_turns=pack_turns)
+            def update_params(self, params):
+                engine.update_params(params)
+        return Policy()
 
-        def reward_model_examples(groups, cfg, metrics=None):
-            self.groups["reward"] = set(groups)
-            return real_reward(groups, cfg, metrics)
+    def wrap_judge(self, judge):
+        recorder = self
 
-        def propose_(raw, active, direction, accuracy, episodes, step):
-            candidate = real_propose(raw, active, direction, accuracy, episodes, step)
-            self.proposals.append((raw.task_id, direction, accuracy, step, candidate))
-            return candidate
+        class Judge:
+            def judge(self, episodes, config, metrics):
+                judgments = judge.judge(episodes, config, metrics)
+                recorder.judgments.append(judgments)
+                return judgments
 
-        monkeypatch.setattr(loop, "play_episodes", play)
-        monkeypatch.setattr(loop, "train_phase", train)
-        monkeypatch.setattr(loop, "policy_examples", policy_examples)
-        monkeypatch.setattr(loop, "reward_model_examples", reward_model_examples)
-        monkeypatch.setattr(generator, "propose", propose_)
+            def update_params(self, params):
+                judge.update_params(params)
+        return Judge()
+
+    def wrap_trainer(self, learner):
+        recorder = self
+
+        class Trainer:
+            def train(self, state, examples, seed, metrics, prefix):
+                recorder.trained.append((prefix, learner, list(examples)))
+                return learner.train(state, examples, seed, metrics, prefix)
+        return Trainer()
+
+    def wrap_generator(self, generator):
+        recorder = self
+
+        class Generator:
+            metrics = generator.metrics
+
+            def propose(self, raw, active, direction, accuracy, episodes, step):
+                candidate = generator.propose(raw, active, direction, accuracy, episodes, step)
+                recorder.proposals.append((raw.task_id, direction, accuracy, step, candidate))
+                return candidate
+        return Generator()
+
+    def judged(self):
+        """This step's episodes with their judgments."""
+        (episodes,), (judgments,) = self.episodes, self.judgments
+        return [JudgedEpisode(e, j) for e, j in zip(episodes, judgments, strict=True)]
 
     def reset(self):
         self.episodes.clear()
+        self.judgments.clear()
         self.trained.clear()
-        self.groups.clear()
         self.proposals.clear()
 
 
 # ------------------------------------------------------------------ expectations, by hand (numpy)
 
-def _integrated(episodes, lam: float, m: int):
+def _integrated(judged, lam: float, m: int):
     """R [G, T] = O + lam * mean_j S (invalid votes count 0, still in m), and the step mask [G, T]."""
-    steps = max(len(e.steps) for e in episodes)
-    rewards = np.zeros((len(episodes), steps))
-    mask = np.zeros((len(episodes), steps), bool)
-    for g, episode in enumerate(episodes):
-        votes = np.where(episode.judgment_valid, episode.judgments, 0).astype(np.float64)
+    steps = max(len(j.episode.steps) for j in judged)
+    rewards = np.zeros((len(judged), steps))
+    mask = np.zeros((len(judged), steps), bool)
+    for g, item in enumerate(judged):
+        episode = item.episode
+        votes = np.where(item.judgments.valid, item.judgments.scores, 0).astype(np.float64)
         assert votes.shape == (len(episode.steps), m)
         rewards[g, :len(episode.steps)] = (1.0 if episode.won else -1.0) + lam * votes.mean(axis=1)
         mask[g, :len(episode.steps)] = True
@@ -199,22 +225,23 @@ def _policy_advantages(rewards, mask) -> np.ndarray:
     return advantages
 
 
-def _expected_policy_steps(episodes, lam, m):
-    rewards, mask = _integrated(episodes, lam, m)
+def _expected_policy_steps(judged, lam, m):
+    rewards, mask = _integrated(judged, lam, m)
     advantages = _policy_advantages(rewards, mask)
     return [(tuple(s.prompt_tokens), tuple(s.response_tokens), advantages[g, t])
-            for g, e in enumerate(episodes) for t, s in enumerate(e.steps)]
+            for g, j in enumerate(judged) for t, s in enumerate(j.episode.steps)]
 
 
-def _expected_reward_model_examples(episodes, lam, m, penalty):
-    rewards, _ = _integrated(episodes, lam, m)
+def _expected_reward_model_examples(judged, lam, m, penalty):
+    rewards, _ = _integrated(judged, lam, m)
     out = []
-    for g, episode in enumerate(episodes):
-        for t in range(len(episode.steps)):
-            raw = np.where(episode.judgment_valid[t], rewards[g, t] * episode.judgments[t], penalty)
+    for g, item in enumerate(judged):
+        judgments = item.judgments
+        for t in range(len(item.episode.steps)):
+            raw = np.where(judgments.valid[t], rewards[g, t] * judgments.scores[t], penalty)
             advantages = _zscore(raw.astype(np.float64))
-            for j, (tokens, _) in enumerate(episode.judge_samples[t]):
-                out.append((tuple(episode.judge_prompts[t]), tuple(tokens), advantages[j]))
+            for j, (tokens, _) in enumerate(judgments.samples[t]):
+                out.append((tuple(judgments.prompts[t]), tuple(tokens), advantages[j]))
     return out
 
 
@@ -241,7 +268,7 @@ def _leaves_equal(a, b) -> bool:
 # ------------------------------------------------------------------ the test
 
 @pytest.mark.slow  # about 80 s on 2 CPU cores, nearly all of it compilation
-def test_two_loop_steps_route_candidates_rewards_and_advantages(tmp_path, monkeypatch):
+def test_two_loop_steps_route_candidates_rewards_and_advantages(tmp_path):
     cfg = load_config("configs/default.py", OVERRIDES)
     settings = assemble.loop_settings(cfg, assemble.build_scenario(cfg))
     signal = settings.signal
@@ -254,18 +281,17 @@ def test_two_loop_steps_route_candidates_rewards_and_advantages(tmp_path, monkey
 
     runner = EnvRunner(num_workers=1, step_timeout_s=cfg.env.step_timeout_s, env_modules=(alfworld.__name__,))
     try:
-        services, state, (t0, t1, t2, t3) = _services(cfg, tmp_path, runner)
+        script = _Script()
+        services, state, (t0, t1, t2, t3), record, samplers, learners = _services(cfg, tmp_path, runner, script)
         seeded = alfworld.make_task(100, "pick_and_place_simple", cfg.tasks.game_knobs(),
                                     str(tmp_path / "games"))
         state = dataclasses.replace(state, pool=propose(state.pool, 3, Candidate(seeded, "harder", 0.5, 0)))
-        script = _Script()
-        record = _Recorder(monkeypatch, script, services.generator)
 
         # ---------------------------------------------------------- step 1
         script.wins = {t0.task_id: 8, t1.task_id: 0, t2.task_id: 4, seeded.task_id: 4}
         before = jax.tree.map(np.asarray, (state.policy.params, state.reward.params))
         state1, metrics1 = rl_step(state, services, settings)
-        _check_step(state1, metrics1, services, record, before, step=1, lam=lam, m=m, penalty=penalty,
+        _check_step(state1, metrics1, samplers, learners, record, before, step=1, lam=lam, m=m, penalty=penalty,
                     played={t0.task_id, t1.task_id, t2.task_id, seeded.task_id},
                     accuracy={t0.task_id: 1.0, t1.task_id: 0.0, t2.task_id: 0.5, seeded.task_id: 0.5},
                     rejected={seeded.task_id}, accepted=set(), policy_tasks={t2.task_id},
@@ -295,13 +321,13 @@ def test_two_loop_steps_route_candidates_rewards_and_advantages(tmp_path, monkey
         script.wins = {t2.task_id: 7, t3.task_id: 0, ("candidate", t0.task_id): 1, ("candidate", t1.task_id): 6}
         before = jax.tree.map(np.asarray, (state1.policy.params, state1.reward.params))
         state2, metrics2 = rl_step(state1, services, settings)
-        by_task = _check_step(state2, metrics2, services, record, before, step=2, lam=lam, m=m, penalty=penalty,
+        by_task = _check_step(state2, metrics2, samplers, learners, record, before, step=2, lam=lam, m=m, penalty=penalty,
                     played={t2.task_id, t3.task_id, c0.task_id, c1.task_id},
                     accuracy={t2.task_id: 0.875, t3.task_id: 0.0, c0.task_id: 0.125, c1.task_id: 0.75},
                     rejected={c0.task_id}, accepted={c1.task_id}, policy_tasks={t2.task_id, c1.task_id},
                     reward_tasks={c1.task_id})
         # T2's last step index is reached by its one loser alone: its advantage is the raw reward there.
-        lengths = sorted(len(e.steps) for e in by_task[t2.task_id])
+        lengths = sorted(len(j.episode.steps) for j in by_task[t2.task_id])
         assert lengths[-1] == MAX_TURNS > lengths[-2]
         assert not bool(accept_candidate("harder", 1.0, 0.125, low, high))
         assert bool(accept_candidate("easier", 0.0, 0.75, low, high))
@@ -331,25 +357,22 @@ def test_two_loop_steps_route_candidates_rewards_and_advantages(tmp_path, monkey
         runner.close()
 
 
-def _check_step(state, metrics, services, record, before, *, step, lam, m, penalty, played, accuracy, rejected,
-                accepted, policy_tasks, reward_tasks):
+def _check_step(state, metrics, samplers, learners, record, before, *, step, lam, m, penalty, played, accuracy,
+                rejected, accepted, policy_tasks, reward_tasks):
     assert state.step == step
     # Rollouts: active + pending tasks, G each; accuracies as scripted.
-    (episodes,) = record.episodes
     by_task: dict[str, list] = {}
-    for episode in episodes:
-        assert episode.env_error is None and episode.judgments is not None
-        by_task.setdefault(episode.task.task_id, []).append(episode)
+    for item in record.judged():
+        assert item.episode.env_error is None and item.judgments is not None
+        by_task.setdefault(item.episode.task.task_id, []).append(item)
     assert set(by_task) == played and all(len(v) == G for v in by_task.values())
-    assert {k: float(np.mean([e.won for e in v])) for k, v in by_task.items()} == accuracy
+    assert {k: float(np.mean([j.episode.won for j in v])) for k, v in by_task.items()} == accuracy
     assert metrics["curriculum/accepted"] == len(accepted) and metrics["curriculum/rejected"] == len(rejected)
-    # Rejected candidates reach neither example builder; everything else played does.
-    assert record.groups == {"policy": played - rejected, "reward": played - rejected}
 
     (policy_prefix, policy_learner, policy_examples), (reward_prefix, reward_learner, reward_examples) = \
         record.trained
     assert (policy_prefix, reward_prefix) == ("policy", "reward")
-    assert policy_learner is services.policy_learner and reward_learner is services.reward_learner
+    assert policy_learner is learners["policy"] and reward_learner is learners["reward"]
 
     # Policy: per in-band task, the integrated step rewards' per-step-index z-scores; packed per episode.
     assert policy_examples and any(e.segments is not None for e in policy_examples)
@@ -366,9 +389,9 @@ def _check_step(state, metrics, services, record, before, *, step, lam, m, penal
     trained_steps = {x[:2] for x in _as_steps(policy_examples)}
     trained_judgments = {(tuple(e.prompt_ids), tuple(e.response_ids)) for e in reward_examples}
     for task_id, task_episodes in by_task.items():
-        steps = {(tuple(s.prompt_tokens), tuple(s.response_tokens)) for e in task_episodes for s in e.steps}
-        judgments = {(tuple(e.judge_prompts[t]), tuple(tokens)) for e in task_episodes
-                     for t in range(len(e.steps)) for tokens, _ in e.judge_samples[t]}
+        steps = {(tuple(s.prompt_tokens), tuple(s.response_tokens)) for j in task_episodes for s in j.episode.steps}
+        judgments = {(tuple(j.judgments.prompts[t]), tuple(tokens)) for j in task_episodes
+                     for t in range(len(j.episode.steps)) for tokens, _ in j.judgments.samples[t]}
         assert bool(steps & trained_steps) == (task_id in policy_tasks), task_id
         assert bool(judgments & trained_judgments) == (task_id in reward_tasks), task_id
         if task_id in rejected:
@@ -378,8 +401,8 @@ def _check_step(state, metrics, services, record, before, *, step, lam, m, penal
 
     # Both models were updated, and both samplers hold the new weights.
     assert metrics["policy/updates"] > 0 and metrics["reward/updates"] > 0
-    assert _leaves_equal(services.policy_sampler.params, state.policy.params)
-    assert _leaves_equal(services.reward_sampler.params, state.reward.params)
+    assert _leaves_equal(samplers["policy"].params, state.policy.params)
+    assert _leaves_equal(samplers["reward"].params, state.reward.params)
     assert not _leaves_equal(before[0], state.policy.params)
     assert not _leaves_equal(before[1], state.reward.params)
     assert metrics["rollout/success_rate"] == pytest.approx(

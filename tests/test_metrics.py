@@ -96,5 +96,9 @@ def test_running_mean():
 
 def test_step_line():
     text = format_step_line(3, 10, {"rollout/success_rate": 0.5, "time/step_s": 12.34})
-    assert "step 3/10" in text and "success 0.50" in text and "12.3 s/step" in text and "rm step acc - (probe -)" in text
+    assert "step 3/10" in text and "success 0.50" in text and "12.3 s/step" in text
+    assert "rm step acc - (probe -)" in text
     assert text.startswith("[######..............] step 3/10")
+    # A reward model that writes unit tests reports their accuracy instead.
+    text = format_step_line(1, 2, {"reward_model/unit_test_accuracy": 0.25, "reward_model/unit_test_valid": 0.5})
+    assert "rm test acc 0.25 (valid 0.50)" in text and "rm step acc" not in text

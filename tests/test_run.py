@@ -57,3 +57,40 @@ def test_run_is_killed_and_resumes_with_nothing_lost_or_repeated(tmp_path):
         assert "rollout/success_rate" in line and "time/step_s" in line
     for line in _lines(workdir):   # the fixed probe of the reward model, after the warm start and every step
         assert 0.0 <= line["reward_model/probe_step_accuracy"] <= 1.0
+
+
+@pytest.mark.slow
+def test_a_finished_run_says_so_and_changes_nothing_when_run_again(tmp_path):
+    workdir = tmp_path / "smoke"
+    command = [sys.executable, "-m", "rlanything_jax.main", "--config=configs/default.py:smoke",
+               f"--config.workdir={workdir}"]
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    first = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert f"Outputs in {workdir}" in first.stderr   # the run ends by saying where its outputs are
+    before = {p: p.stat().st_mtime_ns for p in workdir.rglob("*") if p.is_file()}
+    summary = (workdir / "summary.json").read_text()
+    again = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "already complete" in again.stderr and str(workdir) in again.stderr
+    assert (workdir / "summary.json").read_text() == summary
+    assert {p: p.stat().st_mtime_ns for p in workdir.rglob("*") if p.is_file()} == before   # no file touched
+
+
+@pytest.mark.slow
+def test_ctrl_c_before_the_first_checkpoint_says_nothing_was_saved(tmp_path):
+    workdir = tmp_path / "interrupted"
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    process = subprocess.Popen([sys.executable, "-m", "rlanything_jax.main", "--config=configs/default.py:smoke",
+                                "--config.warm_start.enabled=true", "--config.warm_start.policy_epochs=50",
+                                f"--config.workdir={workdir}"], cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
+    lines = []
+    for line in process.stderr:   # interrupt once the warm start is under way
+        lines.append(line)
+        if "warm start policy: epoch 1/" in line:
+            process.send_signal(signal.SIGINT)
+            break
+    output = "".join(lines) + process.stderr.read()
+    assert process.wait(timeout=300) == 130, output[-3000:]
+    assert "nothing was saved, so re-running starts over" in output and "Traceback" not in output
+    assert not (workdir / "checkpoints").exists() or not any((workdir / "checkpoints").iterdir())

@@ -1,8 +1,10 @@
 """Judged rollouts -> training examples for the policy and the reward model (ALGORITHM.md 2.2, 3.3).
 
 Policy: per task, R[g, t] = w_O * O_g + lambda * mean_j S[g, t, j] (minus `action_fallback_penalty`
-where a parser fallback chose the action), z-scored per step index over the task's rollouts; every step is one (prompt, response, advantage)
-example, or with `pack_turns` every episode is one example holding all its steps
+where a parser fallback chose the action; plus `bonus[g]`, e.g. the unit tests of a reward model that
+writes them, when given), z-scored per step index over the task's rollouts. O is +1 / -1 (won / lost), or
+the environment's score where it gives one (coding: the fraction of ground-truth tests passed). Every step
+is one (prompt, response, advantage) example, or with `pack_turns` every episode is one example holding all its steps
 (`rl/data.pack_turns`: the same loss at O(T) instead of O(T^2) tokens). Reward
 model: per judged step, R * S_j (the penalty when S_j did not parse), z-scored
 over the step's m judgments; only tasks whose accuracy is in the band. The
@@ -18,7 +20,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from rlanything_jax.agents.trajectory import Episode, group_arrays, task_accuracy
+from rlanything_jax.agents.trajectory import Episode, JudgedEpisode, group_arrays, task_accuracy
 from rlanything_jax.rl.advantages import stepwise_group_advantages
 from rlanything_jax.rl.data import Example, pack_turns as pack_episode
 from rlanything_jax.rl.rewards import consistency_advantages, integrated_step_reward, sign_balance_weights
@@ -43,9 +45,9 @@ class SignalConfig:
     balance_labels: bool = False
 
 
-def step_rewards(episodes: Sequence[Episode], cfg: SignalConfig) -> tuple[np.ndarray, np.ndarray, object]:
+def step_rewards(judged: Sequence[JudgedEpisode], cfg: SignalConfig) -> tuple[np.ndarray, np.ndarray, object]:
     """Integrated step rewards R [G, T] and the step mask of one task's trainable rollouts."""
-    arrays = group_arrays(episodes, cfg.num_judgments)
+    arrays = group_arrays(judged, cfg.num_judgments)
     outcome = cfg.outcome_weight * arrays.outcome[:, None]
     rewards = np.asarray(integrated_step_reward(outcome, arrays.judgments, arrays.valid, cfg.step_weight))
     return rewards, arrays.step_mask, arrays
@@ -55,23 +57,27 @@ def _in_band(acc: float | None, low: float, high: float) -> bool:
     return acc is not None and low - 1e-9 <= acc <= high + 1e-9
 
 
-def policy_examples(groups: Mapping[str, Sequence[Episode]], cfg: SignalConfig,
-                    metrics: Counter | None = None, pack_turns: bool = False) -> list[Example]:
+def policy_examples(groups: Mapping[str, Sequence[JudgedEpisode]], cfg: SignalConfig,
+                    metrics: Counter | None = None, pack_turns: bool = False,
+                    bonus: Mapping[str, np.ndarray] | None = None) -> list[Example]:
     """Policy examples of the tasks in the accuracy band: one per step, or with `pack_turns` one per
-    multi-step episode (per step when its prompts do not extend each other, counted as unpacked)."""
+    multi-step episode (per step when its prompts do not extend each other, counted as unpacked).
+    `bonus[task_id]` [G] is added to every step reward of the task's trainable rollouts, in order."""
     metrics = metrics if metrics is not None else Counter()
     examples = []
-    for episodes in groups.values():
-        if not _in_band(task_accuracy(episodes), cfg.policy_acc_low, cfg.policy_acc_high):
+    for task_id, judged in groups.items():
+        if not _in_band(task_accuracy(judged), cfg.policy_acc_low, cfg.policy_acc_high):
             metrics["policy_data/tasks_out_of_band"] += 1
             continue
-        trainable = [e for e in episodes if e.trainable]
+        trainable = [j for j in judged if j.episode.trainable]
         rewards, mask, arrays = step_rewards(trainable, cfg)
         rewards = rewards - cfg.action_fallback_penalty * arrays.fallback
+        if bonus is not None and task_id in bonus:
+            rewards = rewards + np.asarray(bonus[task_id], np.float32)[:, None] * mask
         advantages = np.asarray(stepwise_group_advantages(rewards, mask, cfg.advantage_singleton))
         metrics["policy_data/tasks"] += 1
-        for g, episode in enumerate(trainable):
-            examples += episode_examples(episode, advantages[g], pack_turns, metrics)
+        for g, item in enumerate(trainable):
+            examples += episode_examples(item.episode, advantages[g], pack_turns, metrics)
     metrics["policy_data/examples"] += len(examples)
     return examples
 
@@ -91,15 +97,16 @@ def episode_examples(episode: Episode, advantages: Sequence[float], pack_turns: 
     return steps
 
 
-def reward_model_examples(groups: Mapping[str, Sequence[Episode]], cfg: SignalConfig,
+def reward_model_examples(groups: Mapping[str, Sequence[JudgedEpisode]], cfg: SignalConfig,
                           metrics: Counter | None = None) -> list[Example]:
+    """The step judge's examples: its judgments' consistency advantages, for the tasks in the band."""
     metrics = metrics if metrics is not None else Counter()
     examples = []
-    for episodes in groups.values():
-        if not _in_band(task_accuracy(episodes), cfg.band_low, cfg.band_high):
+    for judged in groups.values():
+        if not _in_band(task_accuracy(judged), cfg.band_low, cfg.band_high):
             metrics["reward_data/tasks_out_of_band"] += 1
             continue
-        trainable = [e for e in episodes if e.trainable and e.judge_samples is not None]
+        trainable = [j for j in judged if j.episode.trainable and j.judgments is not None]
         if not trainable:
             continue
         rewards, mask, arrays = step_rewards(trainable, cfg)
@@ -108,10 +115,10 @@ def reward_model_examples(groups: Mapping[str, Sequence[Episode]], cfg: SignalCo
         if cfg.balance_labels:
             advantages = advantages * np.asarray(sign_balance_weights(rewards, mask))[..., None]
         metrics["reward_data/tasks"] += 1
-        for g, episode in enumerate(trainable):
-            for t in range(len(episode.steps)):
-                for j, (tokens, logprobs) in enumerate(episode.judge_samples[t]):
-                    examples.append(Example(episode.judge_prompts[t], tokens, float(advantages[g, t, j]),
-                                            logprobs))
+        for g, item in enumerate(trainable):
+            judgments = item.judgments
+            for t in range(len(item.episode.steps)):
+                for j, (tokens, logprobs) in enumerate(judgments.samples[t]):
+                    examples.append(Example(judgments.prompts[t], tokens, float(advantages[g, t, j]), logprobs))
     metrics["reward_data/examples"] += len(examples)
     return examples

@@ -10,24 +10,15 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections import Counter
-from typing import Protocol, Sequence
+from typing import Sequence
 
 import numpy as np
 
-from rlanything_jax.agents.chat_tokens import Message
-from rlanything_jax.agents.trajectory import Episode, ParsedJudgment, StepRecord
-from rlanything_jax.envs.base import Task
+from rlanything_jax.agents.scenario import StepJudgePrompts
+from rlanything_jax.agents.trajectory import Episode, ParsedJudgment, StepJudgments, StepRecord
 from rlanything_jax.sampling.sampler import Sampler
 from rlanything_jax.sampling.strategies import make_strategy
 from rlanything_jax.seeds import derive_seed
-
-class JudgeScenario(Protocol):
-    name: str
-
-    def judge_messages(self, task: Task, episode: Episode, step_index: int) -> list[Message]: ...
-
-    def parse_judgment(self, text: str) -> ParsedJudgment: ...
-
 
 @dataclasses.dataclass(frozen=True)
 class JudgeConfig:
@@ -49,24 +40,24 @@ class Judgment:
     logprobs: list[float]
 
 
-def judge_prompts(reward_model: Sampler, scenario: JudgeScenario, prompts: Sequence[Sequence[int]],
+def judge_prompts(reward_model: Sampler, prompts: StepJudgePrompts, prompt_tokens: Sequence[Sequence[int]],
                   config: JudgeConfig, metrics: Counter | None = None) -> list[list[Judgment]]:
     """m judgments of each prompt (in the given order), longest prompts batched together; each prompt is
     prefilled once and sampled m times."""
     metrics = metrics if metrics is not None else Counter()
     m = config.num_judgments
-    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]), reverse=True)
+    order = sorted(range(len(prompt_tokens)), key=lambda i: len(prompt_tokens[i]), reverse=True)
     strategy = make_strategy(config.temperature, config.top_k, config.top_p)
     prompts_per_call = max(1, config.batch_size // m)
-    out: list[list[Judgment]] = [[] for _ in prompts]
+    out: list[list[Judgment]] = [[] for _ in prompt_tokens]
     started = time.perf_counter()
     for chunk_index, start in enumerate(range(0, len(order), prompts_per_call)):
         chunk = order[start:start + prompts_per_call]
-        completions = reward_model.generate([list(prompts[i]) for i in chunk], config.max_new_tokens, strategy,
+        completions = reward_model.generate([list(prompt_tokens[i]) for i in chunk], config.max_new_tokens, strategy,
                                             seed=derive_seed(config.seed, "chunk", chunk_index), num_samples=m)
         for index, completion in enumerate(completions):  # prompt-major: m samples of chunk[0], then chunk[1]...
-            parsed = scenario.parse_judgment(completion.text or "")
-            metrics[f"parse/{scenario.name}_judgment/{parsed.status}"] += 1
+            parsed = prompts.parse_judgment(completion.text or "")
+            metrics[f"parse/{prompts.name}_judgment/{parsed.status}"] += 1
             metrics["judge_tokens"] += len(completion.token_ids)
             out[chunk[index // m]].append(Judgment(parsed, completion.text or "", list(completion.token_ids),
                                                    list(completion.logprobs)))
@@ -74,38 +65,57 @@ def judge_prompts(reward_model: Sampler, scenario: JudgeScenario, prompts: Seque
     return out
 
 
-def judge_episodes(reward_model: Sampler, scenario: JudgeScenario, episodes: Sequence[Episode],
-                   config: JudgeConfig, metrics: Counter | None = None) -> None:
-    """Fills each trainable episode's `judgments`, `judgment_valid` [num_steps, m], the judge prompts'
-    tokens and each judgment's (tokens, log-probabilities) for the reward model's training."""
+def judge_episodes(reward_model: Sampler, prompts: StepJudgePrompts, episodes: Sequence[Episode],
+                   config: JudgeConfig, metrics: Counter | None = None) -> list[StepJudgments | None]:
+    """The reward model's m judgments of every step of each trainable episode (None for the others), with
+    the judge prompts' tokens and each judgment's tokens and log-probabilities for its training."""
     metrics = metrics if metrics is not None else Counter()
     tokenizer = reward_model.tokenizer
-    m = config.num_judgments
-    where, prompts = [], []
+    where, judge_inputs = [], []
+    per_episode: list[list[tuple[int, ...]] | None] = []
     for e, episode in enumerate(episodes):
         if not episode.trainable:
+            per_episode.append(None)
             continue
-        steps = len(episode.steps)
-        episode.judgments = np.zeros((steps, m), np.int8)
-        episode.judgment_valid = np.zeros((steps, m), bool)
-        episode.judge_texts = [[""] * m for _ in range(steps)]
-        episode.judge_prompts = []
-        episode.judge_samples = [[None] * m for _ in range(steps)]
-        for t in range(steps):
-            tokens = tokenizer.encode_chat(scenario.judge_messages(episode.task, episode, t))
+        step_prompts = []
+        for t in range(len(episode.steps)):
+            tokens = tokenizer.encode_chat(prompts.judge_messages(episode.task, episode, t))
             if len(tokens) > config.max_prompt_tokens:
                 metrics["judge/prompts_truncated"] += 1
                 tokens = tokens[-config.max_prompt_tokens:]
-            episode.judge_prompts.append(tokens)
+            step_prompts.append(tuple(tokens))
             where.append((e, t))
-            prompts.append(tokens)
-    for (e, t), judgments in zip(where, judge_prompts(reward_model, scenario, prompts, config, metrics)):
-        episode = episodes[e]
-        for sample, judgment in enumerate(judgments):
-            episode.judgments[t, sample] = judgment.parsed.score
-            episode.judgment_valid[t, sample] = judgment.parsed.valid
-            episode.judge_texts[t][sample] = judgment.text
-            episode.judge_samples[t][sample] = (judgment.token_ids, judgment.logprobs)
+            judge_inputs.append(tokens)
+        per_episode.append(step_prompts)
+    judged = iter(judge_prompts(reward_model, prompts, judge_inputs, config, metrics))
+    out: list[StepJudgments | None] = []
+    for step_prompts in per_episode:
+        if step_prompts is None:
+            out.append(None)
+            continue
+        steps = [next(judged) for _ in step_prompts]
+        out.append(StepJudgments(
+            scores=np.array([[j.parsed.score for j in js] for js in steps], np.int8).reshape(len(steps), -1),
+            valid=np.array([[j.parsed.valid for j in js] for js in steps], bool).reshape(len(steps), -1),
+            texts=tuple(tuple(j.text for j in js) for js in steps),
+            prompts=tuple(step_prompts),
+            samples=tuple(tuple((tuple(j.token_ids), tuple(j.logprobs)) for j in js) for js in steps)))
+    return out
+
+
+@dataclasses.dataclass
+class StepJudge:
+    """The reward model judging steps as the loop uses it (`loop.StepJudge`): its sampler and the scenario's
+    judge prompts."""
+
+    sampler: Sampler
+    prompts: StepJudgePrompts
+
+    def judge(self, episodes: Sequence[Episode], config: JudgeConfig, metrics: Counter) -> list[StepJudgments | None]:
+        return judge_episodes(self.sampler, self.prompts, episodes, config, metrics)
+
+    def update_params(self, params) -> None:
+        self.sampler.update_params(params)
 
 
 def step_context(episode: Episode, step_index: int) -> tuple[StepRecord, list[StepRecord]]:

@@ -15,26 +15,15 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections import Counter
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Callable, Sequence
 
-from rlanything_jax.agents.chat_tokens import Message, first_prompt, turn_delta
-from rlanything_jax.agents.trajectory import Episode, ParsedAction, StepRecord
+from rlanything_jax.agents.chat_tokens import first_prompt, turn_delta
+from rlanything_jax.agents.scenario import PolicyPrompts
+from rlanything_jax.agents.trajectory import Episode, StepRecord
 from rlanything_jax.envs.base import Observation, Task
 from rlanything_jax.sampling.sampler import Conversation, Sampler, bucket_length
 from rlanything_jax.sampling.strategies import SamplingStrategy, make_strategy
 from rlanything_jax.seeds import derive_seed
-
-class Scenario(Protocol):
-    """How a task family talks to the policy and the reward model."""
-
-    name: str
-
-    def initial_messages(self, task: Task, observation: Observation) -> list[Message]: ...
-
-    def turn_message(self, episode: Episode, observation: Observation) -> Message: ...
-
-    def parse_action(self, response_text: str, observation: Observation) -> ParsedAction: ...
-
 
 @dataclasses.dataclass(frozen=True)
 class RolloutConfig:
@@ -58,15 +47,28 @@ ActionOverride = Callable[[Episode, Observation], "str | None"]
 
 @dataclasses.dataclass
 class _Live:
-    episode: Episode
+    """An episode being played: mutable here, handed on as a frozen `Episode` when it ends."""
+
+    task: Task
+    group_index: int
     runner_id: int
     history: list[int]             # exactly this row's tokens in the policy cache
     observation: Observation
     pending: list[int]             # tokens to append before the next decode
+    steps: list[StepRecord] = dataclasses.field(default_factory=list)
     row: int = -1                  # row in the current conversation
 
+    def so_far(self) -> Episode:
+        return Episode(task=self.task, group_index=self.group_index, steps=tuple(self.steps))
 
-def play_episodes(policy: Sampler, runner: Any, scenario: Scenario, tasks: Sequence[Task],
+    def end(self, reason: str, metrics: Counter, won: bool = False, error: str | None = None,
+            score: float | None = None) -> Episode:
+        metrics[f"episodes/{reason}"] += 1
+        return Episode(task=self.task, group_index=self.group_index, steps=tuple(self.steps), won=won,
+                       end_reason=reason, env_error=error, score=score)
+
+
+def play_episodes(policy: Sampler, runner: Any, prompts: PolicyPrompts, tasks: Sequence[Task],
                   config: RolloutConfig, action_override: ActionOverride | None = None,
                   metrics: Counter | None = None, progress: Callable[[str], None] | None = None) -> list[Episode]:
     """Plays `config.group_size` episodes of every task to the end or the step limit.
@@ -77,41 +79,53 @@ def play_episodes(policy: Sampler, runner: Any, scenario: Scenario, tasks: Seque
     """
     metrics = metrics if metrics is not None else Counter()
     tokenizer = policy.tokenizer
-    episodes = [Episode(task=task, group_index=g) for task in tasks for g in range(config.group_size)]
+    slots = [_Live(task=task, group_index=g, runner_id=i, history=[], observation=None, pending=[])
+             for i, (task, g) in enumerate((task, g) for task in tasks for g in range(config.group_size))]
+    finished: dict[int, Episode] = {}
     started = time.perf_counter()
-    observations = runner.reset({i: e.task for i, e in enumerate(episodes)})
+    observations = runner.reset({slot.runner_id: slot.task for slot in slots})
     metrics["time_env_s"] += time.perf_counter() - started
     live: list[_Live] = []
-    for i, episode in enumerate(episodes):
-        obs = observations[i]
+    for slot in slots:
+        obs = observations[slot.runner_id]
         if not isinstance(obs, Observation):
-            _end(episode, "env_error", metrics, error=str(getattr(obs, "reason", obs)))
+            finished[slot.runner_id] = slot.end("env_error", metrics, error=str(getattr(obs, "reason", obs)))
             continue
-        prompt = first_prompt(tokenizer, scenario.initial_messages(episode.task, obs))
-        live.append(_Live(episode=episode, runner_id=i, history=[], observation=obs, pending=prompt))
+        slot.observation = obs
+        slot.pending = first_prompt(tokenizer, prompts.initial_messages(slot.task, obs))
+        live.append(slot)
 
     conversation: Conversation | None = None
     stop_texts = {t: tokenizer.decode([t]) for t in tokenizer.stop_token_ids}
     for turn in range(config.max_turns):
-        live = [s for s in live if _fits(s, config, policy, metrics)]
+        still_fitting = []
+        for slot in live:
+            if _fits(slot, config, policy):
+                still_fitting.append(slot)
+            else:
+                finished[slot.runner_id] = slot.end("context_full", metrics)
+        live = still_fitting
         if not live:
             break
         conversation = _ensure_room(policy, conversation, live, config, metrics)
         started = time.perf_counter()
         completions = _generate_turn(policy, conversation, live, config, turn)
         metrics["time_policy_s"] += time.perf_counter() - started
-        actions = {}
+        actions, records = {}, {}
         for slot, completion in zip(live, completions):
             metrics["policy_tokens"] += len(completion.token_ids)
-            parsed = scenario.parse_action(completion.text or "", slot.observation)
-            metrics[f"parse/{scenario.name}_action/{parsed.status}"] += 1
-            step = StepRecord(observation=slot.observation, prompt_tokens=list(slot.history),
-                              response_tokens=list(completion.token_ids), logprobs=list(completion.logprobs),
-                              response_text=completion.text or "", finish_reason=completion.finish_reason,
-                              action=parsed.action, parse_status=parsed.status)
+            parsed = prompts.parse_action(completion.text or "", slot.observation)
+            metrics[f"parse/{prompts.name}_action/{parsed.status}"] += 1
+            records[slot.runner_id] = StepRecord(
+                observation=slot.observation, prompt_tokens=tuple(slot.history),
+                response_tokens=tuple(completion.token_ids), logprobs=tuple(completion.logprobs),
+                response_text=completion.text or "", finish_reason=completion.finish_reason,
+                action=parsed.action, parse_status=parsed.status)
             slot.history.extend(completion.token_ids)
-            slot.episode.steps.append(step)
-            forced = action_override(slot.episode, slot.observation) if action_override else None
+            forced = None
+            if action_override is not None:
+                view = dataclasses.replace(slot.so_far(), steps=tuple(slot.steps) + (records[slot.runner_id],))
+                forced = action_override(view, slot.observation)
             actions[slot.runner_id] = forced if forced is not None else parsed.action
         started = time.perf_counter()
         results = runner.step(actions)
@@ -120,43 +134,54 @@ def play_episodes(policy: Sampler, runner: Any, scenario: Scenario, tasks: Seque
         still_live = []
         for slot, completion in zip(live, completions):
             result = results[slot.runner_id]
-            step = slot.episode.steps[-1]
+            record = records[slot.runner_id]
             if not hasattr(result, "observation"):
-                _end(slot.episode, "env_error", metrics, error=str(getattr(result, "reason", result)))
+                slot.steps.append(record)
+                finished[slot.runner_id] = slot.end("env_error", metrics,
+                                                    error=str(getattr(result, "reason", result)))
                 continue
-            step.next_observation, step.won_after = result.observation, result.won
+            slot.steps.append(dataclasses.replace(record, next_observation=result.observation, won_after=result.won))
             if result.done or result.won:
-                slot.episode.won = bool(result.won)
-                _end(slot.episode, "won" if result.won else "done", metrics)
+                score = result.info.get("score") if isinstance(result.info, dict) else None
+                finished[slot.runner_id] = slot.end("won" if result.won else "done", metrics, won=bool(result.won),
+                                                    score=None if score is None else float(score))
                 continue
             slot.observation = result.observation
             stop_text = stop_texts.get(completion.token_ids[-1], "") if completion.token_ids else ""
-            slot.pending = turn_delta(tokenizer, scenario.turn_message(slot.episode, result.observation),
+            slot.pending = turn_delta(tokenizer, prompts.turn_message(slot.so_far(), result.observation),
                                       completion.finish_reason, stop_text)
             still_live.append(slot)
         live = still_live
         if progress:
             progress(f"turn {turn + 1}/{config.max_turns}: {len(live)} episodes live")
     for slot in live:
-        _end(slot.episode, "max_steps", metrics)
-    for i in range(len(episodes)):
-        runner.close_episode(i)
-    return episodes
+        finished[slot.runner_id] = slot.end("max_steps", metrics)
+    for slot in slots:
+        runner.close_episode(slot.runner_id)
+    return [finished[slot.runner_id] for slot in slots]
 
 
-def _end(episode: Episode, reason: str, metrics: Counter, error: str | None = None) -> None:
-    episode.end_reason = reason
-    episode.env_error = error
-    metrics[f"episodes/{reason}"] += 1
+@dataclasses.dataclass
+class RolloutEngine:
+    """The policy's rollouts as the loop uses them (`loop.Rollouts`): its sampler, the environments and the
+    scenario's prompts. `action_override` (tests, expert play) replaces the action sent to the environment."""
+
+    sampler: Sampler
+    runner: Any
+    prompts: PolicyPrompts
+    action_override: ActionOverride | None = None
+
+    def play(self, tasks: Sequence[Task], config: RolloutConfig, metrics: Counter) -> list[Episode]:
+        return play_episodes(self.sampler, self.runner, self.prompts, tasks, config, self.action_override, metrics)
+
+    def update_params(self, params) -> None:
+        self.sampler.update_params(params)
 
 
-def _fits(slot: _Live, config: RolloutConfig, policy: Sampler, metrics: Counter) -> bool:
+def _fits(slot: _Live, config: RolloutConfig, policy: Sampler) -> bool:
     """The episode's history, next message and response fit its context (as a re-prefilled prompt)."""
     needed = bucket_length(len(slot.history) + len(slot.pending), 16) + config.max_new_tokens
-    if needed <= min(config.max_context_tokens, policy.config.max_cache_length):
-        return True
-    _end(slot.episode, "context_full", metrics)
-    return False
+    return needed <= min(config.max_context_tokens, policy.config.max_cache_length)
 
 
 def _ensure_room(policy: Sampler, conversation: Conversation | None, live: list[_Live],

@@ -39,12 +39,12 @@ class LabelledStep:
     label: int
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class StepRecord:
     observation: Observation     # what the agent saw before acting
-    prompt_tokens: list[int]     # the whole conversation the policy conditioned on (its cache)
-    response_tokens: list[int]   # sampled tokens, stop token included when one ended the turn
-    logprobs: list[float]        # sampler log-probabilities of response_tokens (temperature 1)
+    prompt_tokens: tuple[int, ...]     # the whole conversation the policy conditioned on (its cache)
+    response_tokens: tuple[int, ...]   # sampled tokens, stop token included when one ended the turn
+    logprobs: tuple[float, ...]        # sampler log-probabilities of response_tokens (temperature 1)
     response_text: str
     finish_reason: str           # the sampler's: "stop", "stop_string", "length", ...
     action: str                  # what was sent to the environment
@@ -52,29 +52,58 @@ class StepRecord:
     next_observation: Observation | None = None
     won_after: bool = False
 
+    def __post_init__(self):
+        for name in ("prompt_tokens", "response_tokens", "logprobs"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
 
-@dataclasses.dataclass
+
+@dataclasses.dataclass(frozen=True)
 class Episode:
+    """One played rollout of a task: what the rollout stage hands on (never changed afterwards)."""
+
     task: Task
     group_index: int             # which of the task's G rollouts this is
-    steps: list[StepRecord] = dataclasses.field(default_factory=list)
+    steps: tuple[StepRecord, ...] = ()
     won: bool = False
     end_reason: str = "running"  # "won", "done", "max_steps", "context_full", "env_error"
     env_error: str | None = None  # the runner's reason; such episodes are never trained on
-    judgments: np.ndarray | None = None  # int8 [num_steps, m]: the reward model's scores in {-1, 0, 1}
-    judgment_valid: np.ndarray | None = None  # bool [num_steps, m]
-    judge_texts: list[list[str]] | None = None
-    judge_prompts: list[list[int]] | None = None      # per step: the reward model's prompt tokens
-    judge_samples: list[list[tuple[list[int], list[float]]]] | None = None  # [step][j]: tokens, logprobs
+    score: float | None = None   # the environment's final score when it gives one (coding: tests passed)
+
+    def __post_init__(self):
+        object.__setattr__(self, "steps", tuple(self.steps))
 
     @property
     def outcome(self) -> float:
-        """O in {+1, -1}."""
+        """O: the environment's score where it gives one, else +1 won / -1 lost (ALGORITHM.md 2.1, 5.3)."""
+        if self.score is not None:
+            return float(self.score)
         return 1.0 if self.won else -1.0
 
     @property
     def trainable(self) -> bool:
         return self.env_error is None and bool(self.steps)
+
+
+Sample = tuple[tuple[int, ...], tuple[float, ...]]   # a generation's tokens and sampler log-probabilities
+
+
+@dataclasses.dataclass(frozen=True)
+class StepJudgments:
+    """The reward model's m judgments of every step of one episode: what the judging stage hands on."""
+
+    scores: np.ndarray                          # int8 [num_steps, m]: -1, 0 or +1
+    valid: np.ndarray                           # bool [num_steps, m]: the judgment parsed
+    texts: tuple[tuple[str, ...], ...]          # [step][j]
+    prompts: tuple[tuple[int, ...], ...]        # [step]: the reward model's prompt tokens
+    samples: tuple[tuple[Sample, ...], ...]     # [step][j]: tokens and log-probabilities, for its training
+
+
+@dataclasses.dataclass(frozen=True)
+class JudgedEpisode:
+    """An episode with its step judgments (None when it was not judged)."""
+
+    episode: Episode
+    judgments: StepJudgments | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,34 +117,34 @@ class GroupArrays:
     fallback: np.ndarray       # bool [G, T]: step t's action was not read as written (parse status not "ok")
 
 
-def group_arrays(episodes: Sequence[Episode], num_judgments: int) -> GroupArrays:
+def group_arrays(judged: Sequence[JudgedEpisode], num_judgments: int) -> GroupArrays:
     """Pads a task's trainable rollouts to the longest one. Unjudged steps count as invalid."""
-    episodes = [e for e in episodes if e.trainable]
-    steps = max((len(e.steps) for e in episodes), default=0)
-    shape = (len(episodes), steps)
+    judged = [j for j in judged if j.episode.trainable]
+    steps = max((len(j.episode.steps) for j in judged), default=0)
+    shape = (len(judged), steps)
     judgments = np.zeros(shape + (num_judgments,), np.float32)
     valid = np.zeros(shape + (num_judgments,), bool)
     mask = np.zeros(shape, bool)
     fallback = np.zeros(shape, bool)
-    for g, episode in enumerate(episodes):
-        n = len(episode.steps)
+    for g, item in enumerate(judged):
+        n = len(item.episode.steps)
         mask[g, :n] = True
-        fallback[g, :n] = [step.parse_status != "ok" for step in episode.steps]
-        if episode.judgments is not None:
-            judgments[g, :n] = episode.judgments
-            valid[g, :n] = episode.judgment_valid
-    outcome = np.asarray([e.outcome for e in episodes], np.float32)
+        fallback[g, :n] = [step.parse_status != "ok" for step in item.episode.steps]
+        if item.judgments is not None:
+            judgments[g, :n] = item.judgments.scores
+            valid[g, :n] = item.judgments.valid
+    outcome = np.asarray([j.episode.outcome for j in judged], np.float32)
     return GroupArrays(outcome=outcome, judgments=judgments, valid=valid, step_mask=mask, fallback=fallback)
 
 
-def group_by_task(episodes: Sequence[Episode]) -> dict[str, list[Episode]]:
-    groups: dict[str, list[Episode]] = {}
-    for episode in episodes:
-        groups.setdefault(episode.task.task_id, []).append(episode)
+def group_by_task(judged: Sequence[JudgedEpisode]) -> dict[str, list[JudgedEpisode]]:
+    groups: dict[str, list[JudgedEpisode]] = {}
+    for item in judged:
+        groups.setdefault(item.episode.task.task_id, []).append(item)
     return groups
 
 
-def task_accuracy(episodes: Sequence[Episode]) -> float | None:
+def task_accuracy(episodes: Sequence[Episode | JudgedEpisode]) -> float | None:
     """Fraction of a task's trainable rollouts that won (None when none is trainable)."""
-    played = [e for e in episodes if e.env_error is None]
+    played = [e for e in (getattr(x, "episode", x) for x in episodes) if e.env_error is None]
     return sum(e.won for e in played) / len(played) if played else None

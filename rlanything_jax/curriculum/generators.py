@@ -17,35 +17,36 @@ their `metrics`.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import logging
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from rlanything_jax.agents.chat_tokens import Message
-from rlanything_jax.agents.trajectory import Episode
+from rlanything_jax.agents.trajectory import JudgedEpisode
 from rlanything_jax.curriculum.adaptation import DIRECTIONS
 from rlanything_jax.envs.base import Task
 from rlanything_jax.sampling.sampler import Sampler, bucket_length
 from rlanything_jax.sampling.strategies import make_strategy
+from rlanything_jax.seeds import derive_seed
 
 log = logging.getLogger(__name__)
 
 
 class TaskGenerator(Protocol):
-    """Proposes a rewrite of a slot's raw task in a direction ("harder"/"easier"), or None."""
+    """Proposes a rewrite of a slot's raw task in a direction ("harder"/"easier"), or None, from the active
+    task's accuracy and its judged rollouts of this step."""
 
     metrics: Counter
 
     def propose(self, raw: Task, active: Task, direction: str, accuracy: float,
-                episodes: Sequence[Episode], step: int) -> Task | None: ...
+                episodes: Sequence[JudgedEpisode], step: int) -> Task | None: ...
 
 
 def derived_seed(raw: Task, step: int, attempt: int, salt: str = "") -> int:
-    """A 31-bit seed from the raw task (id and seed), the RL step and the try: reruns reproduce it."""
-    key = f"{raw.task_id}|{raw.payload.get('seed')}|{step}|{attempt}|{salt}"
-    return int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "big") & 0x7FFFFFFF
+    """A 31-bit seed from the raw task (id and seed), the RL step and the try (`seeds.derive_seed`): reruns
+    reproduce it, and no two (task, step, try) share one."""
+    return derive_seed(0, "task_generator", raw.task_id, str(raw.payload.get("seed")), step, attempt, salt)
 
 
 def check_direction(direction: str) -> None:
@@ -79,7 +80,7 @@ class ProceduralGenerator:
         self.metrics: Counter = Counter()
 
     def propose(self, raw: Task, active: Task, direction: str, accuracy: float,
-                episodes: Sequence[Episode], step: int) -> Task | None:
+                episodes: Sequence[JudgedEpisode], step: int) -> Task | None:
         del accuracy, episodes  # the knobs alone decide
         check_direction(direction)
         make = self.maker(raw, direction)
@@ -165,7 +166,7 @@ class GeneratorChain:
         return total
 
     def propose(self, raw: Task, active: Task, direction: str, accuracy: float,
-                episodes: Sequence[Episode], step: int) -> Task | None:
+                episodes: Sequence[JudgedEpisode], step: int) -> Task | None:
         for generator in self.generators:
             candidate = generator.propose(raw, active, direction, accuracy, episodes, step)
             if candidate is not None:

@@ -17,7 +17,7 @@ weak modes unless the configuration opts in (`env.allow_weak_sandbox`).
 
 The child gets a clean environment (nothing inherited from ours), stdin/stdout/stderr
 are files (so no pipe pumping, and RLIMIT_FSIZE caps the output too), and a wall-clock
-timeout kills the whole process group. HumanEval-style `check` tests run through
+timeout kills the whole process group. Function-style `check` tests (a coding scenario's) run through
 `scenarios.coding.function_tests`.
 """
 

@@ -1,6 +1,6 @@
 """The paper's Table 1 / Fig. 1 ablations: the same run with components switched off, over seeds.
 
-    python -m rlanything_jax.experiments.ablation --config=configs/alfworld.py:scratch --seeds 3
+    python -m rlanything_jax.experiments.ablation --config=configs/default.py --seeds 3
 
 Rows: outcome_only (GRPO-style), fixed_reward_model (policy on integrated rewards from an
 untrained RM), policy_reward (+ RM training), rlanything (+ environment adaptation) and

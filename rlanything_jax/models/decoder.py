@@ -7,12 +7,13 @@ table in the config, so the model itself never names a mesh axis.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from rlanything_jax.interfaces import AttendFn, ModelInputs
 from rlanything_jax.models.attention import causal_padding_mask, grouped_query_attention
 from rlanything_jax.models.linear import linear
 from rlanything_jax.models.lm_head import target_logprobs
@@ -20,10 +21,8 @@ from rlanything_jax.models.model_config import DecoderConfig
 from rlanything_jax.models.rope import apply_rope, inverse_frequencies, rope_cos_sin
 
 
-# attend(layer_index, q, k, v, carry) -> (attention output [B, T, heads, head_dim], carry).
-# The full forward attends over the new keys only; the sampler's version writes them to
-# its KV cache (the carry) and attends over the live part of the cache.
-AttendFn = Callable[[int, jax.Array, jax.Array, jax.Array, Any], tuple[jax.Array, Any]]
+# The full forward's `attend` (interfaces.AttendFn) attends over the new keys only; the sampler's writes
+# them to its KV cache (the carry) and attends over the live part of the cache.
 
 
 def _init(rngs: nnx.Rngs, shape: Sequence[int], dtype, fan_in: int) -> jax.Array:
@@ -131,7 +130,8 @@ class DecoderLayer(nnx.Module):
 
 
 class Decoder(nnx.Module):
-    """Causal LM: `model(input_ids [B, T] int32) -> logits [B, T, vocab] float32`."""
+    """Causal LM: `model(input_ids [B, T] int32) -> logits [B, T, vocab] float32`; implements
+    `interfaces.SharedPrefixLM` (text only: `inputs` with embeddings are refused)."""
 
     def __init__(self, cfg: DecoderConfig, *, dtype=jnp.float32, param_dtype=jnp.float32,
                  rngs: nnx.Rngs | None = None):
@@ -161,7 +161,8 @@ class Decoder(nnx.Module):
         return jnp.take(self.embed[...], input_ids, axis=0).astype(self.dtype)
 
     def hidden_states(self, input_ids: jax.Array, attention_mask: jax.Array | None = None,
-                      positions: jax.Array | None = None, last: int | None = None) -> jax.Array:
+                      positions: jax.Array | None = None, last: int | None = None,
+                      inputs: ModelInputs | None = None) -> jax.Array:
         """Final-norm hidden states [B, T, embed] for a (possibly left-padded) batch; with `last`, those of
         the last `last` positions only [B, last, embed], whose final layer then runs on them alone."""
         if attention_mask is None:
@@ -173,7 +174,7 @@ class Decoder(nnx.Module):
         def attend(layer_index, q, k, v, carry):
             return grouped_query_attention(q, k, v, mask[:, mask.shape[1] - q.shape[1]:]), carry
 
-        hidden, _ = self.run_layers(input_ids, positions, attend, None, last)
+        hidden, _ = self.run_layers(input_ids, positions, attend, None, last, inputs)
         return hidden
 
     def hidden_states_after_prefixes(self, prefix_ids: jax.Array, prefix_mask: jax.Array, prefix_index: jax.Array,
@@ -214,10 +215,12 @@ class Decoder(nnx.Module):
         return self.final_norm(x)
 
     def run_layers(self, input_ids: jax.Array, positions: jax.Array, attend: AttendFn,
-                   carry: Any, last: int | None = None) -> tuple[jax.Array, Any]:
+                   carry: Any, last: int | None = None, inputs: ModelInputs | None = None) -> tuple[jax.Array, Any]:
         """Embeds, runs every layer with `attend` threading `carry`, and applies the final norm.
         With `last`, the final layer computes (and returns) the last `last` positions only."""
         _check_last(last, input_ids.shape[1])
+        if inputs is not None and (inputs.embeddings is not None or inputs.position_ids is not None):
+            raise ValueError("Decoder is a text-only model: it takes no image embeddings or multi-axis positions")
         cos, sin = self.rope(positions)
         x = self.embed_tokens(input_ids)
         for index, layer in enumerate(self.layers):

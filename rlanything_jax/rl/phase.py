@@ -67,6 +67,11 @@ class Learner:
             self.compiled[key] = jit_train_step(spec, state, batch, self.mesh, self.rules)
         return self.compiled[key]
 
+    def train(self, state: TrainState, examples: Sequence[Example], seed: int, metrics: Counter,
+              prefix: str) -> tuple[TrainState, dict[str, float]]:
+        """One phase (`train_phase`): the loop's `Trainer`."""
+        return train_phase(self, state, examples, seed=seed, metrics=metrics, prefix=prefix)
+
 
 def _micro_batches_per_update(num_examples: int, updates: int, micro_batch_size: int) -> int:
     per_update = math.ceil(num_examples / max(updates, 1))

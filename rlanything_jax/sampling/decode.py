@@ -23,9 +23,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx, struct
 
+from rlanything_jax.interfaces import CacheLayout, CausalLM
 from rlanything_jax.models.attention import grouped_query_attention
-from rlanything_jax.models.decoder import Decoder
-from rlanything_jax.models.model_config import DecoderConfig
 from rlanything_jax.sampling.strategies import SamplingStrategy
 
 
@@ -63,7 +62,7 @@ def state_logical_axes(num_layers: int) -> DecodeState:
     )
 
 
-def init_decode_state(cfg: DecoderConfig, batch: int, cache_length: int, max_new_tokens: int,
+def init_decode_state(cfg: CacheLayout, batch: int, cache_length: int, max_new_tokens: int,
                       cache_dtype: Any = jnp.float32, seed: int = 0) -> DecodeState:
     """An empty state: no tokens written, every row done until a prefill gives it tokens."""
     cache_shape = (batch, cache_length, cfg.num_kv_heads, cfg.head_dim)
@@ -96,7 +95,7 @@ def _window_attention(q: jax.Array, layer_k: jax.Array, layer_v: jax.Array, vali
     return grouped_query_attention(q, keys, values, mask)
 
 
-def _forward_with_cache(model: Decoder, cache: KVCache, write_index: jax.Array, tokens: jax.Array,
+def _forward_with_cache(model: CausalLM, cache: KVCache, write_index: jax.Array, tokens: jax.Array,
                         token_valid: jax.Array, positions: jax.Array, window: int) -> tuple[jax.Array, KVCache]:
     """Writes tokens [B, T] at columns write_index.. and returns their final hidden states.
 

@@ -13,16 +13,16 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from rlanything_jax.models.decoder import Decoder
+from rlanything_jax.interfaces import CausalLM
 
 
 @nnx.jit
-def _next_token_logits(model: Decoder, tokens: jax.Array, valid: jax.Array, last_index: jax.Array) -> jax.Array:
-    logits = model(tokens, valid)
+def _next_token_logits(model: CausalLM, tokens: jax.Array, valid: jax.Array, last_index: jax.Array) -> jax.Array:
+    logits = model.logits(model.hidden_states(tokens, valid))
     return jnp.take_along_axis(logits, last_index[:, None, None], axis=1)[:, 0, :]
 
 
-def greedy_generate(model: Decoder, prompts: Sequence[Sequence[int]], max_new_tokens: int,
+def greedy_generate(model: CausalLM, prompts: Sequence[Sequence[int]], max_new_tokens: int,
                     stop_token_ids: Sequence[int] = ()) -> list[list[int]]:
     """Greedy continuations (without the prompt) of left-padded token-id prompts.
 

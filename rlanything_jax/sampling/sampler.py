@@ -21,7 +21,7 @@ from flax import nnx
 from jax.sharding import Mesh
 
 from rlanything_jax import sharding as sharding_lib
-from rlanything_jax.models.decoder import Decoder
+from rlanything_jax.interfaces import CausalLM
 from rlanything_jax.sampling import decode as decode_lib
 from rlanything_jax.sampling.stops import Completion, finish_rows
 from rlanything_jax.sampling.strategies import Greedy, SamplingStrategy
@@ -71,9 +71,9 @@ class Conversation:
 
 
 class Sampler:
-    """Batched generation with a KV cache for one model on one mesh."""
+    """Batched generation with a KV cache for one model (any `interfaces.CausalLM`) on one mesh."""
 
-    def __init__(self, model: Decoder, tokenizer: Any = None, mesh: Mesh | None = None,
+    def __init__(self, model: CausalLM, tokenizer: Any = None, mesh: Mesh | None = None,
                  rules: sharding_lib.Rules = sharding_lib.DEFAULT_LOGICAL_AXIS_RULES,
                  config: SamplerConfig = SamplerConfig()):
         self.model_config = model.config

@@ -56,30 +56,30 @@ def test_judgments_fill_every_slot_from_one_prefill_per_step(reward_model, batch
     config = JudgeConfig(num_judgments=3, max_new_tokens=5, temperature=0.0, batch_size=batch_size)
     metrics = Counter()
     rows_before = reward_model.prefilled["rows"]
-    judge_episodes(reward_model, _Scenario(), episodes, config, metrics)
+    judgments = judge_episodes(reward_model, _Scenario(), episodes, config, metrics)
     assert reward_model.prefilled["rows"] - rows_before == 5  # one per judged step, not per judgment
 
-    assert episodes[2].judgments is None
+    assert len(judgments) == 3 and judgments[2] is None   # the crashed episode is not judged
     scenario = _Scenario()
-    for episode in episodes[:2]:
+    for episode, judged in zip(episodes[:2], judgments):
         steps = len(episode.steps)
-        assert episode.judgments.shape == episode.judgment_valid.shape == (steps, 3)
-        assert len(episode.judge_prompts) == steps
-        for t, prompt in enumerate(episode.judge_prompts):
+        assert judged.scores.shape == judged.valid.shape == (steps, 3)
+        assert len(judged.prompts) == steps
+        for t, prompt in enumerate(judged.prompts):
             # Greedy: every judgment of a step is that step's own prompt's continuation.
-            [alone] = reward_model.generate([prompt], 5)
+            [alone] = reward_model.generate([list(prompt)], 5)
             for j in range(3):
-                tokens, logprobs = episode.judge_samples[t][j]
-                assert tokens == alone.token_ids and len(logprobs) == len(tokens)
-                assert episode.judge_texts[t][j] == alone.text
+                tokens, logprobs = judged.samples[t][j]
+                assert list(tokens) == alone.token_ids and len(logprobs) == len(tokens)
+                assert judged.texts[t][j] == alone.text
                 parsed = scenario.parse_judgment(alone.text)
-                assert (episode.judgments[t, j], episode.judgment_valid[t, j]) == (parsed.score, parsed.valid)
+                assert (judged.scores[t, j], judged.valid[t, j]) == (parsed.score, parsed.valid)
     assert sum(v for k, v in metrics.items() if k.startswith("parse/toy_judgment/")) == 15
     assert metrics["judge_tokens"] == 15 * 5
 
 
 def test_sampled_judgments_of_one_step_differ(reward_model):
     episodes = [_episode("look around", 1)]
-    judge_episodes(reward_model, _Scenario(), episodes, JudgeConfig(num_judgments=4, max_new_tokens=6,
-                                                                    temperature=1.0, top_p=1.0))
-    assert len({tuple(tokens) for tokens, _ in episodes[0].judge_samples[0]}) > 1
+    [judged] = judge_episodes(reward_model, _Scenario(), episodes, JudgeConfig(num_judgments=4, max_new_tokens=6,
+                                                                               temperature=1.0, top_p=1.0))
+    assert len({tuple(tokens) for tokens, _ in judged.samples[0]}) > 1

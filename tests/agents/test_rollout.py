@@ -65,13 +65,13 @@ def test_random_policy_rollout_and_judgments_are_well_formed(sampler, tasks, run
     parsed = sum(v for k, v in metrics.items() if k.startswith("parse/text_game_action/"))
     assert parsed == steps == metrics["env_steps"]
     assert metrics["parse/text_game_action/no_boxed"] > 0   # random text falls back to index 0, counted
-    judge_episodes(sampler, SCENARIO, episodes, JudgeConfig(num_judgments=2, max_new_tokens=6, batch_size=16),
-                   metrics)
-    for episode in episodes:
-        assert episode.judgments.shape == episode.judgment_valid.shape == (len(episode.steps), 2)
-        assert set(np.unique(episode.judgments)) <= {-1, 0, 1}
-        assert len(episode.judge_prompts) == len(episode.steps)
-        assert all(len(tokens) == len(logprobs) for row in episode.judge_samples for tokens, logprobs in row)
+    judgments = judge_episodes(sampler, SCENARIO, episodes,
+                               JudgeConfig(num_judgments=2, max_new_tokens=6, batch_size=16), metrics)
+    for episode, judged in zip(episodes, judgments, strict=True):
+        assert judged.scores.shape == judged.valid.shape == (len(episode.steps), 2)
+        assert set(np.unique(judged.scores)) <= {-1, 0, 1}
+        assert len(judged.prompts) == len(episode.steps)
+        assert all(len(tokens) == len(logprobs) for row in judged.samples for tokens, logprobs in row)
     judged = sum(v for k, v in metrics.items() if k.startswith("parse/text_game_judgment/"))
     assert judged == 2 * steps
 

@@ -5,23 +5,25 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from rlanything_jax.agents.trajectory import Episode, StepRecord
+from rlanything_jax.agents.trajectory import Episode, JudgedEpisode, StepJudgments, StepRecord
 from rlanything_jax.envs.base import Observation, Task
 from rlanything_jax.agents.examples import SignalConfig, policy_examples, reward_model_examples
 
 TASK = Task("t", "alfworld", "goal")
 
 
-def _episode(g, won, judgments, error=None):
+def _episode(g, won, judgments, error=None, fallback_steps=()):
     steps = [StepRecord(observation=Observation("o"), prompt_tokens=[g, t], response_tokens=[10 + t],
-                        logprobs=[-0.5], response_text="r", finish_reason="stop", action="a", parse_status="ok")
+                        logprobs=[-0.5], response_text="r", finish_reason="stop", action="a",
+                        parse_status="closest" if t in fallback_steps else "ok")
              for t in range(len(judgments))]
-    e = Episode(task=TASK, group_index=g, steps=steps, won=won, env_error=error)
-    e.judgments = np.asarray(judgments, np.int8)
-    e.judgment_valid = np.ones_like(e.judgments, bool)
-    e.judge_prompts = [[100 + t] for t in range(len(judgments))]
-    e.judge_samples = [[([200 + j], [-0.1]) for j in range(3)] for _ in judgments]
-    return e
+    scores = np.asarray(judgments, np.int8)
+    n = len(judgments)
+    return JudgedEpisode(
+        Episode(task=TASK, group_index=g, steps=steps, won=won, env_error=error),
+        StepJudgments(scores=scores, valid=np.ones_like(scores, bool), texts=(("",) * 3,) * n,
+                      prompts=tuple((100 + t,) for t in range(n)),
+                      samples=tuple(tuple(((200 + j,), (-0.1,)) for j in range(3)) for _ in range(n))))
 
 
 @pytest.fixture
@@ -64,7 +66,7 @@ def test_reward_model_consistency_advantages(groups):
     nonzero = sorted(e.advantage for e in examples if e.advantage != 0)
     assert nonzero == pytest.approx([-np.sqrt(2), 1 / np.sqrt(2), 1 / np.sqrt(2)])
     assert len(examples) == 9  # 3 judged steps x m = 3 (zero advantages are dropped later, in prepare_examples)
-    assert all(e.old_logprobs == [-0.1] for e in examples)
+    assert all(list(e.old_logprobs) == [-0.1] for e in examples)
 
 
 def test_balanced_reward_model_labels_weigh_both_signs_equally():
@@ -82,8 +84,9 @@ def test_balanced_reward_model_labels_weigh_both_signs_equally():
 
 
 def test_action_fallback_penalty_lowers_the_policy_reward_of_that_step_only():
-    a, b, c = _episode(0, True, [[1, 1, 1]]), _episode(1, True, [[1, 1, -1]]), _episode(2, False, [[-1, -1, -1]])
-    b.steps[0].parse_status = "closest"   # a parser fallback chose b's action
+    # A parser fallback chose b's action.
+    a, b, c = (_episode(0, True, [[1, 1, 1]]), _episode(1, True, [[1, 1, -1]], fallback_steps=(0,)),
+               _episode(2, False, [[-1, -1, -1]]))
     groups = {"t": [a, b, c]}
 
     def zscore(r):

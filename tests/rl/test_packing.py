@@ -10,7 +10,7 @@ import pytest
 from flax import nnx
 
 from rlanything_jax import sharding
-from rlanything_jax.agents.trajectory import Episode, StepRecord
+from rlanything_jax.agents.trajectory import Episode, JudgedEpisode, StepJudgments, StepRecord
 from rlanything_jax.envs.base import Observation, Task
 from rlanything_jax.models import Decoder, DecoderConfig
 from rlanything_jax.rl.data import DataConfig, Example, Segment, collate, pack_turns, prepare_examples, unpack
@@ -40,10 +40,11 @@ def _episode(g, won, responses, rng, finish=None):
                                 logprobs=list(-4.16 + 0.15 * rng.randn(len(response))), response_text="",
                                 finish_reason=reason, action="a", parse_status="ok"))
         history = history + response + _delta(response, [20 + t, 30 + g, 40 + t])
-    episode = Episode(task=TASK, group_index=g, steps=steps, won=won)
-    episode.judgments = rng.choice([-1, 1], size=(len(responses), 3)).astype(np.int8)
-    episode.judgment_valid = np.ones_like(episode.judgments, bool)
-    return episode
+    scores = rng.choice([-1, 1], size=(len(responses), 3)).astype(np.int8)
+    n = len(responses)
+    judgments = StepJudgments(scores=scores, valid=np.ones_like(scores, bool), texts=(("",) * 3,) * n,
+                              prompts=((1,),) * n, samples=((((2,), (-0.1,)),) * 3,) * n)
+    return JudgedEpisode(Episode(task=TASK, group_index=g, steps=steps, won=won), judgments)
 
 
 def _groups(seed=0):
@@ -136,7 +137,9 @@ def test_eos_rules_and_counts():
 def test_fallbacks_to_per_step_examples():
     groups = _groups()
     won = groups["t"][0]
-    won.steps[2].prompt_tokens = won.steps[2].prompt_tokens[3:]   # a left-truncated history
+    steps = list(won.episode.steps)
+    steps[2] = dataclasses.replace(steps[2], prompt_tokens=steps[2].prompt_tokens[3:])   # a left-truncated history
+    groups["t"][0] = dataclasses.replace(won, episode=dataclasses.replace(won.episode, steps=steps))
     metrics = Counter()
     examples = policy_examples(groups, SignalConfig(), metrics, pack_turns=True)
     assert metrics["policy_data/unpacked_episodes"] == 1 and metrics["policy_data/packed_episodes"] == 1

@@ -15,7 +15,7 @@ import pytest
 pytest.importorskip("alfworld")
 pytest.importorskip("textworld")
 
-from rlanything_jax.agents.trajectory import Episode, StepRecord
+from rlanything_jax.agents.trajectory import Episode, JudgedEpisode, StepJudgments, StepRecord
 from rlanything_jax.scenarios.alfworld.goal_rewrite import (
     failure_summary_prompt,
     goal_candidate_from_outputs,
@@ -219,11 +219,13 @@ def _failed_alfworld_episodes(task):
     """Two lost rollouts (the expert's first steps, cut short) and one won rollout."""
     trajectory = alfworld.expert_trajectory(task)
     steps = [_step(obs, action, "Nothing happens.") for obs, _, action in trajectory.steps[:3]]
-    lost = Episode(task=task, group_index=0, steps=steps, won=False, end_reason="max_steps")
-    lost.judgments = np.array([[1, -1], [-1, -1], [-1, 0]], np.int8)
-    lost.judgment_valid = np.array([[True, True], [True, True], [True, False]])
-    lost_unjudged = Episode(task=task, group_index=2, steps=steps[:2], won=False, end_reason="max_steps")
-    won = Episode(task=task, group_index=1, steps=steps[:1], won=True, end_reason="won")
+    judgments = StepJudgments(scores=np.array([[1, -1], [-1, -1], [-1, 0]], np.int8),
+                              valid=np.array([[True, True], [True, True], [True, False]]),
+                              texts=(("", ""),) * 3, prompts=((1,),) * 3, samples=((((2,), (0.0,)),) * 2,) * 3)
+    lost = JudgedEpisode(Episode(task=task, group_index=0, steps=steps, won=False, end_reason="max_steps"), judgments)
+    lost_unjudged = JudgedEpisode(Episode(task=task, group_index=2, steps=steps[:2], won=False,
+                                          end_reason="max_steps"))
+    won = JudgedEpisode(Episode(task=task, group_index=1, steps=steps[:1], won=True, end_reason="won"))
     return [lost, won, lost_unjudged]
 
 
@@ -335,7 +337,7 @@ def test_random_env_model_on_alfworld_counts_and_the_chain_falls_back(env_model,
 def test_random_env_model_on_coding_counts_and_returns_none(env_model, sum_two, tmp_path):
     sampler = CountingSampler(env_model)
     model = ProblemRewriteGenerator(EnvironmentModel(sampler, seed=2), max_new_tokens=8)
-    episodes = [Episode(task=sum_two, group_index=0, steps=[_step(sum_two.goal, "print(0)")])]
+    episodes = [JudgedEpisode(Episode(task=sum_two, group_index=0, steps=[_step(sum_two.goal, "print(0)")]))]
     assert model.propose(sum_two, sum_two, "easier", 0.0, episodes, step=1) is None
     assert sampler.batches == [3]
     assert model.metrics["coding/problem/unparseable"] == 3 and model.metrics["env_model/coding/none"] == 1

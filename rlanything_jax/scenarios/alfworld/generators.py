@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from rlanything_jax.agents.trajectory import Episode
+from rlanything_jax.agents.trajectory import JudgedEpisode
 from rlanything_jax.curriculum.generators import EnvironmentModel, VariantMaker, annotate, check_direction
 from rlanything_jax.envs.base import Task
 from rlanything_jax.scenarios.alfworld import env as alfworld
@@ -63,7 +63,7 @@ class GoalRewriteGenerator:
         return self._metrics + self.model.metrics
 
     def propose(self, raw: Task, active: Task, direction: str, accuracy: float,
-                episodes: Sequence[Episode], step: int) -> Task | None:
+                episodes: Sequence[JudgedEpisode], step: int) -> Task | None:
         check_direction(direction)
         summaries = self._failure_summaries(raw, episodes, step)
         prompts = goal_rewrite.goal_rewrite_prompts(raw, direction, accuracy, summaries, self.num_tries)
@@ -78,7 +78,7 @@ class GoalRewriteGenerator:
         self._metrics[f"env_model/{raw.kind}/{'proposed' if candidate else 'none'}"] += 1
         return None if candidate is None else annotate(candidate, raw, "env_model", direction, step)
 
-    def _failure_summaries(self, raw: Task, episodes: Sequence[Episode], step: int) -> list[tuple[int, str]]:
+    def _failure_summaries(self, raw: Task, episodes: Sequence[JudgedEpisode], step: int) -> list[tuple[int, str]]:
         failed = goal_rewrite.failed_episodes(episodes)
         if not failed:
             return []
@@ -92,5 +92,5 @@ class GoalRewriteGenerator:
             parsed = parse_failure_summary(text)
             self._metrics[f"alfworld/summary/{parsed.status}"] += 1
             if parsed.ok:
-                summaries.append((episode.group_index, parsed.summary))
+                summaries.append((episode.episode.group_index, parsed.summary))
         return summaries

@@ -18,7 +18,7 @@ from collections.abc import Collection, Sequence
 import numpy as np
 
 from rlanything_jax.agents.chat_tokens import Message
-from rlanything_jax.agents.trajectory import Episode
+from rlanything_jax.agents.trajectory import JudgedEpisode
 from rlanything_jax.envs.base import Task
 from rlanything_jax.scenarios.alfworld import env as alfworld
 from rlanything_jax.scenarios.alfworld.goal_prompts import goal_rewrite_messages, parse_goal_types
@@ -33,32 +33,32 @@ READABLE_GOAL_STATUSES = ("ok", "space_separated")  # parse_goal_types statuses 
 # ---------------------------------------------------------------- failure summaries
 
 
-def failed_episodes(episodes: Sequence[Episode]) -> list[Episode]:
+def failed_episodes(judged: Sequence[JudgedEpisode]) -> list[JudgedEpisode]:
     """Rollouts the reference summarises: played to the end (no env error) and lost."""
-    return [e for e in episodes if e.env_error is None and e.steps and not e.won]
+    return [j for j in judged if j.episode.env_error is None and j.episode.steps and not j.episode.won]
 
 
-def high_risk_steps(episode: Episode) -> tuple[int, ...]:
+def high_risk_steps(judged: JudgedEpisode) -> tuple[int, ...]:
     """Steps where every one of the m reward-model votes was a valid -1 (none when unjudged)."""
-    judgments, valid = episode.judgments, episode.judgment_valid
-    if judgments is None or valid is None:
+    if judged.judgments is None:
         return ()
-    judgments, valid = np.asarray(judgments), np.asarray(valid, bool)
+    judgments, valid = np.asarray(judged.judgments.scores), np.asarray(judged.judgments.valid, bool)
     if judgments.ndim != 2 or judgments.shape != valid.shape or judgments.shape[1] == 0:
         return ()
     all_bad = np.all((judgments == -1) & valid, axis=1)
     return tuple(int(t) for t in np.flatnonzero(all_bad))
 
 
-def failure_summary_prompt(episode: Episode) -> list[Message]:
+def failure_summary_prompt(judged: JudgedEpisode) -> list[Message]:
     """The numbered trajectory (each step's observation and action, then the last observation)."""
+    episode = judged.episode
     observations = [step.observation.text for step in episode.steps]
     last = episode.steps[-1].next_observation if episode.steps else None
     if last is not None:
         observations.append(last.text)
     actions = [step.action for step in episode.steps]
     return failure_summary_messages(episode.task.goal, observations, actions, max_steps=len(episode.steps),
-                                    high_risk_steps=high_risk_steps(episode))
+                                    high_risk_steps=high_risk_steps(judged))
 
 
 # ---------------------------------------------------------------- goal-rewrite prompts

@@ -7,7 +7,7 @@ import logging
 from collections import Counter
 from collections.abc import Sequence
 
-from rlanything_jax.agents.trajectory import Episode
+from rlanything_jax.agents.trajectory import JudgedEpisode
 from rlanything_jax.curriculum.generators import EnvironmentModel, annotate, check_direction
 from rlanything_jax.envs.base import Task
 from rlanything_jax.scenarios.coding import problems
@@ -31,14 +31,14 @@ class ProblemRewriteGenerator:
         return self._metrics + self.model.metrics
 
     def propose(self, raw: Task, active: Task, direction: str, accuracy: float,
-                episodes: Sequence[Episode], step: int) -> Task | None:
+                episodes: Sequence[JudgedEpisode], step: int) -> Task | None:
         del accuracy  # the prompt shows per-test pass rates instead
         check_direction(direction)
         if not (problems.is_stdio_task(raw) and problems.is_stdio_task(active)):
             self._metrics[f"env_model/unsupported/{raw.payload.get('format')}"] += 1
             return None
         try:
-            rates = problems.measured_pass_rates(active, episodes, self.sandbox_workers)
+            rates = problems.measured_pass_rates(active, [j.episode for j in episodes], self.sandbox_workers)
         except Exception as error:  # noqa: BLE001 -- the prompt can go without pass rates
             self._metrics["coding/pass_rates_failed"] += 1
             log.warning("%s: could not measure pass rates: %r", active.task_id, error)

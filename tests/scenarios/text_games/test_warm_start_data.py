@@ -42,19 +42,19 @@ def test_expert_episode_tokens_are_the_chat_template_rendering(scenario, expert_
         if t:
             messages.append(scenario.turn_message(Episode(task, 0, episode.steps[:t]), step.observation))
         # Outside truth: the template renders the whole chat at once; the records are built turn by turn.
-        assert record.prompt_tokens == tok.encode_chat(messages)
+        assert list(record.prompt_tokens) == tok.encode_chat(messages)
         answer = scenario.answer_text(step.observation, step.action)
-        assert record.response_tokens == tok.encode(answer) + [im_end]
+        assert list(record.response_tokens) == tok.encode(answer) + [im_end]
         assert np.isnan(record.logprobs).all() and len(record.logprobs) == len(record.response_tokens)
         # The rollout's parser reads the expert's answer back as the expert's action.
         assert scenario.parse_action(answer, step.observation).action == step.action
         messages.append({"role": "assistant", "content": answer})
     examples = sft.policy_sft_examples(episode, pack=False)
-    assert [list(e.prompt_ids) for e in examples] == [r.prompt_tokens for r in episode.steps]
+    assert [list(e.prompt_ids) for e in examples] == [list(r.prompt_tokens) for r in episode.steps]
     assert all(e.advantage == 1.0 for e in examples)
     [packed] = sft.policy_sft_examples(episode)
     last = episode.steps[-1]
-    assert list(packed.prompt_ids) + list(packed.response_ids) == last.prompt_tokens + last.response_tokens
+    assert list(packed.prompt_ids) + list(packed.response_ids) == list(last.prompt_tokens + last.response_tokens)
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)

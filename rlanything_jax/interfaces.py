@@ -1,0 +1,81 @@
+"""Declared interfaces of the core: what a model must provide to be sampled and trained here.
+
+`CausalLM` is the boundary between a model and this project's sampler (`sampling/`) and
+train step (`rl/train_step.py`), in the spirit of gemma's `TransformerLike`: a model that
+implements it (the project's `models.Decoder`, or one of your own) is decoded with a KV
+cache and trained with PPO through the same jitted, sharded programs, and nothing else of
+the model is called. The model runs its layers and hands each layer's queries, keys and
+values to an `attend` callback, so the caller decides where keys and values live (a KV
+cache for sampling, the sequence itself for training) while the model keeps its own
+projections, norms and position encoding.
+
+Parameters are `flax.nnx.Param`s carrying `logical_axes` metadata (names such as "embed",
+"heads", "mlp", "vocab"); `sharding.py` maps them to the mesh through the config's rules.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Protocol
+
+import jax
+from flax import struct
+
+# attend(layer_index, q [B, T, heads, head_dim], k [B, S, kv_heads, head_dim], v [B, S, kv_heads, head_dim], carry)
+#   -> (attention output [B, T, heads, head_dim], carry)
+AttendFn = Callable[[int, jax.Array, jax.Array, jax.Array, Any], tuple[jax.Array, Any]]
+
+
+@struct.dataclass
+class ModelInputs:
+    """Inputs beyond token ids, for models that take them (vision-language models).
+
+    `embeddings` [N, embed] replace the token embeddings at the N positions where
+    `placeholder` [B, T] is true (an image's patches at its `<|image_pad|>` tokens), in
+    row-major order. `position_ids` [3, B, T] are multi-axis positions (M-RoPE's temporal,
+    height and width) that replace the per-token positions the caller computes.
+    """
+
+    embeddings: jax.Array | None = None
+    placeholder: jax.Array | None = None
+    position_ids: jax.Array | None = None
+
+
+class CacheLayout(Protocol):
+    """What a KV cache and a logits buffer need to know about a model."""
+
+    num_layers: int
+    num_kv_heads: int
+    head_dim: int
+    vocab_size: int
+
+
+class CausalLM(Protocol):
+    """A decoder-only language model as the sampler and the train step use it."""
+
+    config: CacheLayout
+    dtype: Any   # the compute dtype of activations and cached keys and values
+
+    def run_layers(self, input_ids: jax.Array, positions: jax.Array, attend: AttendFn, carry: Any,
+                   last: int | None = None, inputs: ModelInputs | None = None) -> tuple[jax.Array, Any]:
+        """Embeds `input_ids` [B, T] at `positions` [B, T], runs every layer with `attend` threading `carry`,
+        and returns the final-norm hidden states [B, T, embed] (the last `last` positions only, when given)."""
+
+    def hidden_states(self, input_ids: jax.Array, attention_mask: jax.Array | None = None,
+                      positions: jax.Array | None = None, last: int | None = None,
+                      inputs: ModelInputs | None = None) -> jax.Array:
+        """Final-norm hidden states of a (left-padded) batch with causal attention over itself."""
+
+    def logits(self, hidden: jax.Array) -> jax.Array:
+        """float32 [..., vocab] logits of hidden states."""
+
+    def target_logprobs(self, hidden: jax.Array, targets: jax.Array) -> jax.Array:
+        """float32 log_softmax(logits(hidden))[targets]."""
+
+
+class SharedPrefixLM(CausalLM, Protocol):
+    """A CausalLM that can run rows continuing shared prefixes once per prefix (`rl.train_step`'s
+    `share_prompt_prefixes`); the train step needs it only for batches that carry prefixes."""
+
+    def hidden_states_after_prefixes(self, prefix_ids: jax.Array, prefix_mask: jax.Array, prefix_index: jax.Array,
+                                     input_ids: jax.Array, attention_mask: jax.Array,
+                                     last: int | None = None) -> jax.Array: ...
