@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_ablation_rows(row, judge, train_rm, adapt, outcome_w, step_w):
     cfg = load_config(str(ROOT / "configs/alfworld.py:scratch"), [f"ablation={row}"])
     settings = loop_settings(cfg, build_scenario(cfg))
-    assert (settings.judge_steps, settings.train_reward_model, settings.adapt_environment) == (judge, train_rm, adapt)
+    judges = settings.reward_model_use == JUDGE_STEPS
+    assert (judges, settings.train_reward_model, settings.adapt_environment) == (judge, train_rm, adapt)
     assert (settings.signal.outcome_weight, settings.signal.step_weight) == (outcome_w, step_w)
     assert settings.rollout.group_size == cfg.rollout.group_size and settings.judge.num_judgments == 3
 

@@ -228,13 +228,6 @@ def test_probe_accuracy_against_the_hand_written_labels(probe, qwen25_tokenizer)
     assert result == pytest.approx(EXPECTED_PROBE, abs=1e-12)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "scenarios/text_games/expert.search_label labels the expert's winning move -1: the searching expert opened "
-    "drawer 2 during its detour, so the walkthrough's 'open drawer 2' is skipped (an optional action no longer "
-    "admissible) and _walkthrough_done, matching earlier actions against the walkthrough in order, stops at it; "
-    "'move keychain 1 to drawer 2' then is not 'the next step' and gets -1. The probe then reports 13/16 "
-    "instead of 12/16 for this reward model, and the same labeller feeds reward_model/step_accuracy and the "
-    "warm start's judge labels."))
 def test_the_reported_probe_uses_the_hand_written_labels(probe, qwen25_tokenizer):
     assert probe.labels == HAND_LABELS
     result = probe_accuracy(GoingIsGood(qwen25_tokenizer), SCENARIO.prompts, probe, PROBE_CONFIG)

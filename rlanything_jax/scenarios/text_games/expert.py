@@ -49,11 +49,25 @@ def progress_label(plan: Sequence[str], earlier_actions: Sequence[str], action: 
 
 
 def _walkthrough_done(plan: Sequence[str], earlier_actions: Sequence[str]) -> int:
-    done = 0
+    """How many walkthrough steps the earlier actions have done, matched in order. A walkthrough step that
+    opens a receptacle the agent has already opened (and not closed) is done already: a searching agent
+    that looked inside it earlier need not, and cannot, open it again."""
+    done, opened = 0, set()
+
+    def skip_opened(done: int) -> int:
+        while done < len(plan) and plan[done].startswith("open ") and plan[done][len("open "):] in opened:
+            done += 1
+        return done
+
     for earlier in earlier_actions:
+        done = skip_opened(done)
         if done < len(plan) and earlier == plan[done]:
             done += 1
-    return done
+        if earlier.startswith("open "):
+            opened.add(earlier[len("open "):])
+        elif earlier.startswith("close "):
+            opened.discard(earlier[len("close "):])
+    return skip_opened(done)
 
 
 _PLACE = (_GO, "open ", "close ")
