@@ -1,9 +1,10 @@
 """Coding with unit tests (reference: configs/coding_rl.yaml).
 
 Single-turn: G = 32 programs per task; the reward model writes m = 16 unit tests per task
-instead of judging steps. Variants: `paper` (4 nodes), `cpu` (easy stdio problems, small
-models built from scratch and warm-started on reference solutions, the whole loop with
-reward-model training in a few minutes), `smoke` (2 tiny steps).
+instead of judging steps. Variants: `paper` (4 nodes), `cpu` (generated easy stdio problems,
+small models built from scratch and warm-started on reference solutions (policy) and
+ground-truth tests (reward model), the whole loop with reward-model training in a few
+minutes), `smoke` (2 tiny steps).
 """
 
 from configs import common
@@ -31,23 +32,26 @@ def get_config(variant: str = "paper"):
         cfg.model.environment.path = "checkpoints/Qwen3-8B"
     if variant in ("cpu", "smoke"):
         common.use_float32_models(cfg)
-        cfg.tasks.update(source="stdio")
+        cfg.tasks.update(source="easy")
         cfg.curriculum.generator = "procedural"   # coding has no knobs: no rewrites without the env model
         cfg.loop.update(total_steps=4, save_every=1, eval_every=2)
         cfg.rollout.update(tasks_per_step=4, group_size=4, max_new_tokens=64, max_prompt_tokens=512)
-        cfg.reward.update(num_judgments=4, max_new_tokens=64, temperature=1.0, top_p=1.0)
-        cfg.env.update(num_train_tasks=8, num_eval_tasks=4, workers=1)
+        cfg.reward.update(num_judgments=4, max_new_tokens=64, temperature=0.8, top_p=1.0)   # the reference's 0.8
+        cfg.env.update(num_train_tasks=32, num_eval_tasks=20, workers=1)
         cfg.eval.update(group_size=1, temperature=0.0)
         for role in ("policy", "reward"):
             cfg.model[role].path = "scratch"
-        cfg.warm_start.update(enabled=True, num_tasks=8, policy_epochs=8, reward_epochs=4, learning_rate=1e-3,
+        # Sized with bench/coding_warm_start.py: after the warm start (about 6 min on 2 busy CPU cores) the policy
+        # passes all tests in 48% of its sampled programs (69% greedy; held out 53% / 70%) and 96% of the reward
+        # model's tests parse (about 1% are correct: it has not learned to compute outputs).
+        cfg.warm_start.update(enabled=True, num_tasks=40, policy_epochs=10, reward_epochs=3, learning_rate=1e-3,
                               batch_size=8)
         for role in ("policy", "reward"):
             cfg.train[role].update(learning_rate=1e-4, updates_per_step=1, micro_batch_size=8,
                                    max_prompt_tokens=512, max_response_tokens=128, aggregation="token_mean")
     if variant == "smoke":
         common.smoke(cfg)
-        cfg.tasks.update(source="stdio")
+        cfg.tasks.update(source="easy")
         cfg.rollout.update(max_turns=1, max_new_tokens=32)
         cfg.reward.update(num_judgments=2, max_new_tokens=32)
         cfg.eval.max_turns = 1

@@ -20,8 +20,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from rlanything_jax.agents.scenario import ParsedUnitTest, UnitTestPrompts
 from rlanything_jax.agents.judging import JudgeConfig
+from rlanything_jax.agents.scenario import ParsedUnitTest, UnitTestPrompts
 from rlanything_jax.agents.trajectory import Episode
 from rlanything_jax.envs.base import Task
 from rlanything_jax.rl.data import Example

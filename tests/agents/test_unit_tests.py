@@ -9,9 +9,16 @@ import pytest
 from rlanything_jax.agents.judging import JudgeConfig
 from rlanything_jax.agents.scenario import ParsedUnitTest
 from rlanything_jax.agents.trajectory import Episode, StepRecord
-from rlanything_jax.agents.unit_tests import (UnitTestJudgments, UnitTestWriter, judge_texts, task_codes,
-                                              unit_test_advantages, unit_test_examples, unit_test_metrics,
-                                              write_unit_tests)
+from rlanything_jax.agents.unit_tests import (
+    UnitTestJudgments,
+    UnitTestWriter,
+    judge_texts,
+    task_codes,
+    unit_test_advantages,
+    unit_test_examples,
+    unit_test_metrics,
+    write_unit_tests,
+)
 from rlanything_jax.envs.base import Observation
 from rlanything_jax.models import load_pretrained
 from rlanything_jax.models.scratch import ScratchArchitecture, build_scratch_model_dir

@@ -2,9 +2,11 @@
 
 A problem is one of a family of templates (sum, difference, product, max/min/sum/sort of a
 list, reverse a word, count a letter, string length, parity, ...), some with a constant drawn
-from the seed (add k, count the letter c). Its tests have random inputs whose expected outputs
-are computed here, independently of the reference solution; a test checks that every
-reference solution passes its own problem's tests in the sandbox. Problem `seed` is
+from the seed (add k, count the letter c). Its first test is the template's simple case (a small
+input one checks by hand, "1 2" or "abc": what a careful test writer starts with), the others
+have random inputs; expected outputs are computed here, independently of the reference
+solution, and a test checks that every reference solution passes its own problem's tests in
+the sandbox. Problem `seed` is
 `TEMPLATES[seed % len(TEMPLATES)]` with constants and inputs from the seed, so disjoint seed
 ranges give disjoint problem instances (a template recurs; its constants and tests differ).
 """
@@ -29,51 +31,41 @@ _INT_LIST = "Read integers separated by spaces on one line."
 
 @dataclasses.dataclass(frozen=True)
 class Problem:
-    """One instance of a template: its text, reference program and a test maker."""
+    """One instance of a template: its text, reference program, and how its tests are made."""
 
     question: str
     reference_solution: str
-    case: Callable[[np.random.Generator], tuple[str, str]]   # rng -> (stdin, expected stdout)
-
-
-def _word(rng: np.random.Generator, letters: str = string.ascii_lowercase, low: int = 3, high: int = 8) -> str:
-    return "".join(rng.choice(list(letters), size=int(rng.integers(low, high + 1))))
-
-
-def _int_list(rng: np.random.Generator) -> list[int]:
-    return [int(x) for x in rng.integers(-50, 51, size=int(rng.integers(2, 7)))]
+    simple_input: str                                  # the first test: a small case anyone can check by hand
+    random_input: Callable[[np.random.Generator], str]  # the other tests' inputs
+    solve: Callable[[str], str]                        # stdin -> expected stdout (not by running the reference)
 
 
 def _line(*values) -> str:
     return " ".join(str(v) for v in values) + "\n"
 
 
-def _one_int(f: Callable[[int], object], low: int = -50, high: int = 50):
-    def case(r: np.random.Generator) -> tuple[str, str]:
-        n = int(r.integers(low, high + 1))
-        return _line(n), _line(f(n))
-    return case
+def _one_int(question: str, solution: str, simple: int, f: Callable[[int], object], low: int = -50,
+             high: int = 50) -> Problem:
+    return Problem(question, solution, _line(simple), lambda r: _line(int(r.integers(low, high + 1))),
+                   lambda stdin: _line(f(int(stdin))))
 
 
-def _two_ints(f: Callable[[int, int], object]):
-    def case(r: np.random.Generator) -> tuple[str, str]:
-        a, b = (int(x) for x in r.integers(-50, 51, size=2))
-        return _line(a, b), _line(f(a, b))
-    return case
+def _two_ints(question: str, solution: str, f: Callable[[int, int], object]) -> Problem:
+    return Problem(f"{_TWO_INTS} {question}", solution, _line(1, 2),
+                   lambda r: _line(*(int(x) for x in r.integers(-50, 51, size=2))),
+                   lambda stdin: _line(f(*map(int, stdin.split()))))
 
 
-def _int_list_case(f: Callable[[list[int]], object]):
-    def case(r: np.random.Generator) -> tuple[str, str]:
-        values = _int_list(r)
-        return _line(*values), _line(f(values))
-    return case
+def _int_list(question: str, solution: str, f: Callable[[list[int]], object]) -> Problem:
+    return Problem(f"{_INT_LIST} {question}", solution, _line(3, 1, 2),
+                   lambda r: _line(*(int(x) for x in r.integers(-50, 51, size=int(r.integers(2, 7))))),
+                   lambda stdin: _line(f([int(x) for x in stdin.split()])))
 
 
-def _word_case(f: Callable[[str], object], letters: str = string.ascii_lowercase):
-    def case(r: np.random.Generator) -> tuple[str, str]:
-        word = _word(r, letters)
-        return _line(word), _line(f(word))
-    return case
+def _word(question: str, solution: str, f: Callable[[str], object], letters: str = string.ascii_lowercase) -> Problem:
+    def random_word(r: np.random.Generator) -> str:
+        return _line("".join(r.choice(list(letters), size=int(r.integers(3, 9)))))
+    return Problem(question, solution, _line("abc"), random_word, lambda stdin: _line(f(stdin.strip())))
 
 
 # ---------------------------------------------------------------- templates: rng -> Problem
@@ -81,109 +73,93 @@ def _word_case(f: Callable[[str], object], letters: str = string.ascii_lowercase
 
 def add_constant(rng):
     k = int(rng.integers(2, 21))
-    return Problem(f"Read an integer n. Print n + {k}.", f"n = int(input())\nprint(n + {k})\n",
-                   _one_int(lambda n: n + k))
+    return _one_int(f"Read an integer n. Print n + {k}.", f"n = int(input())\nprint(n + {k})\n", 1, lambda n: n + k)
 
 
 def multiply_constant(rng):
     k = int(rng.integers(2, 10))
-    return Problem(f"Read an integer n. Print n * {k}.", f"n = int(input())\nprint(n * {k})\n",
-                   _one_int(lambda n: n * k))
+    return _one_int(f"Read an integer n. Print n * {k}.", f"n = int(input())\nprint(n * {k})\n", 1, lambda n: n * k)
 
 
 def remainder(rng):
     k = int(rng.integers(2, 10))
-    return Problem(f"Read a non-negative integer n. Print the remainder of n divided by {k}.",
-                   f"n = int(input())\nprint(n % {k})\n", _one_int(lambda n: n % k, 0, 100))
+    return _one_int(f"Read a non-negative integer n. Print the remainder of n divided by {k}.",
+                    f"n = int(input())\nprint(n % {k})\n", k + 1, lambda n: n % k, 0, 100)
 
 
 def square(rng):
-    return Problem("Read an integer n. Print n * n.", "n = int(input())\nprint(n * n)\n",
-                   _one_int(lambda n: n * n))
+    return _one_int("Read an integer n. Print n * n.", "n = int(input())\nprint(n * n)\n", 3, lambda n: n * n)
 
 
 def parity(rng):
-    return Problem("Read an integer n. Print even if n is even, otherwise print odd.",
-                   "n = int(input())\nprint('even' if n % 2 == 0 else 'odd')\n",
-                   _one_int(lambda n: "even" if n % 2 == 0 else "odd"))
+    return _one_int("Read an integer n. Print even if n is even, otherwise print odd.",
+                    "n = int(input())\nprint('even' if n % 2 == 0 else 'odd')\n", 2,
+                    lambda n: "even" if n % 2 == 0 else "odd")
 
 
 def sum_two(rng):
-    return Problem(f"{_TWO_INTS} Print a + b.", "a, b = map(int, input().split())\nprint(a + b)\n",
-                   _two_ints(lambda a, b: a + b))
+    return _two_ints("Print a + b.", "a, b = map(int, input().split())\nprint(a + b)\n", lambda a, b: a + b)
 
 
 def difference(rng):
-    return Problem(f"{_TWO_INTS} Print a - b.", "a, b = map(int, input().split())\nprint(a - b)\n",
-                   _two_ints(lambda a, b: a - b))
+    return _two_ints("Print a - b.", "a, b = map(int, input().split())\nprint(a - b)\n", lambda a, b: a - b)
 
 
 def product(rng):
-    return Problem(f"{_TWO_INTS} Print a * b.", "a, b = map(int, input().split())\nprint(a * b)\n",
-                   _two_ints(lambda a, b: a * b))
+    return _two_ints("Print a * b.", "a, b = map(int, input().split())\nprint(a * b)\n", lambda a, b: a * b)
 
 
 def larger(rng):
-    return Problem(f"{_TWO_INTS} Print the larger of the two.",
-                   "a, b = map(int, input().split())\nprint(max(a, b))\n", _two_ints(max))
+    return _two_ints("Print the larger of the two.", "a, b = map(int, input().split())\nprint(max(a, b))\n", max)
 
 
 def list_max(rng):
-    return Problem(f"{_INT_LIST} Print the largest of them.", "print(max(map(int, input().split())))\n",
-                   _int_list_case(max))
+    return _int_list("Print the largest of them.", "print(max(map(int, input().split())))\n", max)
 
 
 def list_min(rng):
-    return Problem(f"{_INT_LIST} Print the smallest of them.", "print(min(map(int, input().split())))\n",
-                   _int_list_case(min))
+    return _int_list("Print the smallest of them.", "print(min(map(int, input().split())))\n", min)
 
 
 def list_sum(rng):
-    return Problem(f"{_INT_LIST} Print their sum.", "print(sum(map(int, input().split())))\n",
-                   _int_list_case(sum))
+    return _int_list("Print their sum.", "print(sum(map(int, input().split())))\n", sum)
 
 
 def list_count(rng):
-    return Problem(f"{_INT_LIST} Print how many integers there are.", "print(len(input().split()))\n",
-                   _int_list_case(len))
+    return _int_list("Print how many integers there are.", "print(len(input().split()))\n", len)
 
 
 def sort_numbers(rng):
-    return Problem(f"{_INT_LIST} Print them in increasing order, separated by spaces.",
-                   "print(*sorted(map(int, input().split())))\n",
-                   _int_list_case(lambda values: " ".join(str(v) for v in sorted(values))))
+    return _int_list("Print them in increasing order, separated by spaces.",
+                     "print(*sorted(map(int, input().split())))\n", lambda values: " ".join(map(str, sorted(values))))
 
 
 def reverse_word(rng):
-    return Problem("Read a word. Print it reversed.", "print(input().strip()[::-1])\n",
-                   _word_case(lambda w: w[::-1]))
+    return _word("Read a word. Print it reversed.", "print(input().strip()[::-1])\n", lambda w: w[::-1])
 
 
 def word_length(rng):
-    return Problem("Read a word. Print its length.", "print(len(input().strip()))\n", _word_case(len))
+    return _word("Read a word. Print its length.", "print(len(input().strip()))\n", len)
 
 
 def upper_case(rng):
-    return Problem("Read a word. Print it in upper case.", "print(input().strip().upper())\n",
-                   _word_case(str.upper))
+    return _word("Read a word. Print it in upper case.", "print(input().strip().upper())\n", str.upper)
 
 
 def first_letter(rng):
-    return Problem("Read a word. Print its first letter.", "print(input().strip()[0])\n",
-                   _word_case(lambda w: w[0]))
+    return _word("Read a word. Print its first letter.", "print(input().strip()[0])\n", lambda w: w[0])
 
 
 def count_letter(rng):
     letter = str(rng.choice(list("abcde")))
-    return Problem(f"Read a word. Print how many times the letter {letter} appears in it.",
-                   f"print(input().count('{letter}'))\n",
-                   _word_case(lambda w: w.count(letter), letters="abcde"))   # few letters: counts vary
+    return _word(f"Read a word. Print how many times the letter {letter} appears in it.",
+                 f"print(input().count('{letter}'))\n", lambda w: w.count(letter), letters="abcde")  # counts vary
 
 
 def repeat_word(rng):
     k = int(rng.integers(2, 5))
-    return Problem(f"Read a word. Print it {k} times in a row, with no spaces.", f"print(input().strip() * {k})\n",
-                   _word_case(lambda w: w * k))
+    return _word(f"Read a word. Print it {k} times in a row, with no spaces.", f"print(input().strip() * {k})\n",
+                 lambda w: w * k)
 
 
 TEMPLATES: dict[str, Callable[[np.random.Generator], Problem]] = {f.__name__: f for f in (
@@ -193,19 +169,20 @@ TEMPLATES: dict[str, Callable[[np.random.Generator], Problem]] = {f.__name__: f 
 
 
 def easy_record(seed: int, num_tests: int = NUM_TESTS) -> dict:
-    """Problem `seed` in the reference's stdio record format, with its reference solution: `num_tests`
-    tests with distinct inputs where the template allows."""
+    """Problem `seed` in the reference's stdio record format, with its reference solution: the template's
+    simple case, then random cases, `num_tests` tests with distinct inputs."""
     name = list(TEMPLATES)[seed % len(TEMPLATES)]
     rng = derive_rng(seed, "easy_coding_problem")
     problem = TEMPLATES[name](rng)
-    tests: dict[str, str] = {}
-    for _ in range(20 * num_tests):  # a template with few inputs (one letter) may repeat one
-        stdin, stdout = problem.case(rng)
-        tests.setdefault(stdin, stdout)
-        if len(tests) == num_tests:
+    inputs = [problem.simple_input]
+    for _ in range(20 * num_tests):  # a template with few inputs may repeat one
+        if len(inputs) >= num_tests:
             break
+        stdin = problem.random_input(rng)
+        if stdin not in inputs:
+            inputs.append(stdin)
     return {"task_id": f"easy/{seed}-{name}", "question": problem.question, "test_method": "stdio",
-            "test_time_limit": TIME_LIMIT_S, "test_input": list(tests), "test_output": list(tests.values()),
+            "test_time_limit": TIME_LIMIT_S, "test_input": inputs, "test_output": [problem.solve(x) for x in inputs],
             "reference_solution": problem.reference_solution}
 
 

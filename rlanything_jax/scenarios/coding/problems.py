@@ -18,7 +18,13 @@ from collections.abc import Collection, Sequence
 from rlanything_jax.agents.chat_tokens import Message
 from rlanything_jax.agents.trajectory import Episode
 from rlanything_jax.envs.base import Task
-from rlanything_jax.scenarios.coding.env import DEFAULT_TIME_LIMIT_S, PASSED, run_stdio_verdicts, stdio_task, stdio_tests
+from rlanything_jax.scenarios.coding.env import (
+    DEFAULT_TIME_LIMIT_S,
+    PASSED,
+    run_stdio_verdicts,
+    stdio_task,
+    stdio_tests,
+)
 from rlanything_jax.scenarios.coding.parsers import parse_generated_task
 from rlanything_jax.scenarios.coding.prompts import TestCases, task_generation_messages
 

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from rlanything_jax.envs import sandbox
-from rlanything_jax.scenarios.coding import env as coding
 from rlanything_jax.envs.base import Task, make_env
+from rlanything_jax.scenarios.coding import env as coding
 
 pytestmark = pytest.mark.filterwarnings("ignore:UNTRUSTED CODE SANDBOX IS WEAK:RuntimeWarning")
 
