@@ -78,6 +78,9 @@ class UnitTestPrompts(Protocol):
     def ground_truth_tests(self, task: Task) -> list[tuple[str, str]]:
         """The task's own (stdin, expected stdout) tests."""
 
+    def reference_solution(self, task: Task) -> str | None:
+        """The task's known-correct program, when it has one (judged as a GT code)."""
+
     def run_tests(self, task: Task, programs: Sequence[str | None],
                   tests: Sequence[tuple[str, str]]) -> np.ndarray:
         """bool [len(programs), len(tests)]: program p passes test t (run in the sandbox)."""
