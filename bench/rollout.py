@@ -22,16 +22,16 @@ from collections import Counter
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from rlanything_jax.agents.rollout import RolloutConfig, play_episodes  # noqa: E402
-from rlanything_jax.scenarios.text_games.reference import ReferencePrompts  # noqa: E402
-from rlanything_jax.scenarios.alfworld import env as alfworld  # noqa: E402
-from rlanything_jax.scenarios.alfworld.gen import TASK_TYPES  # noqa: E402
-from rlanything_jax.scenarios.alfworld.knobs import GameKnobs  # noqa: E402
 from rlanything_jax.envs.base import InProcessRunner  # noqa: E402
 from rlanything_jax.envs.runner import EnvRunner  # noqa: E402
 from rlanything_jax.models import Decoder, DecoderConfig  # noqa: E402
 from rlanything_jax.models.qwen_tokenizer_io import convert_qwen_tokenizer  # noqa: E402
 from rlanything_jax.models.tokenizer import Tokenizer  # noqa: E402
 from rlanything_jax.sampling.sampler import Sampler, SamplerConfig  # noqa: E402
+from rlanything_jax.scenarios.alfworld import env as alfworld  # noqa: E402
+from rlanything_jax.scenarios.alfworld.gen import TASK_TYPES  # noqa: E402
+from rlanything_jax.scenarios.alfworld.knobs import GameKnobs  # noqa: E402
+from rlanything_jax.scenarios.text_games.reference import ReferencePrompts  # noqa: E402
 
 
 def _sampler(workdir: str) -> Sampler:

@@ -91,7 +91,7 @@ def run_ours_tiny(repeats: int) -> list[dict]:
         sampler = Sampler(model, config=SamplerConfig(max_cache_length=setting["cache"]))
         prompts = _prompts(setting["batch"], setting["prompt"], cfg.vocab_size)
 
-        def call(seed):
+        def call(seed, sampler=sampler, prompts=prompts, setting=setting):
             conversation = sampler.start(prompts, setting["new"], cache_length=setting["cache"])
             return sampler.decode(conversation, setting["new"], strategy, seed=seed, stop_token_ids=[])
 
@@ -170,10 +170,11 @@ def main() -> None:
     tunix = None if args.skip_tunix else run_tunix(args.repeats)
     print("\n(a) tiny Qwen3, sampling T=1.0 top-p 0.9 top-k 10 (tokens/s, whole call)")
     for i, setting in enumerate(SETTINGS):
-        line = (f"  {setting['name']:>10}: batch {setting['batch']} x prompt {setting['prompt']} x {setting['new']} new,"
-                f" cache {setting['cache']}: ours {ours[i]['tokens_per_s']:9.0f}")
+        line = (f"  {setting['name']:>10}: batch {setting['batch']} x prompt {setting['prompt']} x "
+                f"{setting['new']} new, cache {setting['cache']}: ours {ours[i]['tokens_per_s']:9.0f}")
         if tunix:
-            line += f"  tunix {tunix[i]['tokens_per_s']:9.0f}  ratio {ours[i]['tokens_per_s'] / tunix[i]['tokens_per_s']:.2f}x"
+            ratio = ours[i]['tokens_per_s'] / tunix[i]['tokens_per_s']
+            line += f"  tunix {tunix[i]['tokens_per_s']:9.0f}  ratio {ratio:.2f}x"
         print(line + f"  (compilations {ours[i]['compilations']})")
 
     bandwidth, probe = memory_bandwidth()

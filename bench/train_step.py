@@ -65,8 +65,14 @@ from rlanything_jax import sharding  # noqa: E402
 from rlanything_jax.models import Decoder, DecoderConfig, RopeConfig  # noqa: E402
 from rlanything_jax.rl.normalize import masked_zscore  # noqa: E402
 from rlanything_jax.rl.train_state import init_train_state, make_optimizer  # noqa: E402
-from rlanything_jax.rl.train_step import (TrainBatch, TrainSpec, batch_shardings, jit_train_step,  # noqa: E402
-                                          share_prompt_prefixes, token_logprobs)
+from rlanything_jax.rl.train_step import (  # noqa: E402
+    TrainBatch,
+    TrainSpec,
+    batch_shardings,
+    jit_train_step,
+    share_prompt_prefixes,
+    token_logprobs,
+)
 from rlanything_jax.sampling.sampler import Sampler, SamplerConfig  # noqa: E402
 from rlanything_jax.sampling.strategies import Sampling  # noqa: E402
 

@@ -31,14 +31,13 @@ import time
 import jax
 import numpy as np
 import optax
+from counting_tokenizer import CountingTokenizer  # bench/ is on sys.path for these scripts
 from flax import nnx
 from tunix.models.qwen3 import model as qwen3_lib
 from tunix.rl import rl_cluster as rc
 from tunix.rl.grpo import grpo_learner as grpo
 from tunix.rl.rollout import base_rollout
 from tunix.sft import sharding_utils
-
-from counting_tokenizer import CountingTokenizer  # bench/ is on sys.path for these scripts
 
 
 def even_token_reward(prompts, completions, **kwargs):

@@ -10,11 +10,10 @@ import sys
 import time
 
 import jax
+from counting_tokenizer import CountingTokenizer  # bench/ is on sys.path for these scripts
 from flax import nnx
 from tunix.generate import sampler as sampler_lib
 from tunix.models.qwen3 import model as qwen3_lib
-
-from counting_tokenizer import CountingTokenizer  # bench/ is on sys.path for these scripts
 
 
 def main() -> None:
@@ -37,7 +36,7 @@ def main() -> None:
             prompts = [" ".join(f"t{3 + (row * 7 + i) % (m['vocab_size'] - 3)}" for i in range(setting["prompt"] - 1))
                        for row in range(setting["batch"])]
 
-            def call(seed):
+            def call(seed, sampler=sampler, prompts=prompts, setting=setting):
                 out = sampler(input_strings=prompts, max_generation_steps=setting["new"],
                               max_prompt_length=setting["prompt"], temperature=spec["temperature"],
                               top_p=spec["top_p"], top_k=spec["top_k"], seed=seed, eos_tokens=[-1])

@@ -13,6 +13,7 @@ import jinja2
 from flax import nnx
 
 from rlanything_jax import sft, sharding
+from rlanything_jax.agents.examples import SignalConfig
 from rlanything_jax.agents.judging import JudgeConfig
 from rlanything_jax.agents.rollout import RolloutConfig
 from rlanything_jax.agents.scenario import JUDGE_STEPS, GeneratorContext, Scenario, TaskCounts, TaskSets
@@ -24,7 +25,6 @@ from rlanything_jax.models import load_pretrained
 from rlanything_jax.models.registry import resolve_model_dir
 from rlanything_jax.models.scratch import CHATML_TEMPLATE, build_scratch_model_dir
 from rlanything_jax.models.tokenizer import Tokenizer
-from rlanything_jax.agents.examples import SignalConfig
 from rlanything_jax.rl.phase import Learner
 from rlanything_jax.sampling.sampler import Sampler, SamplerConfig
 from rlanything_jax.scenarios import make_scenario

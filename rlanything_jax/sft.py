@@ -18,10 +18,10 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 
 from rlanything_jax.agents.chat_tokens import first_prompt, turn_delta
+from rlanything_jax.agents.examples import episode_examples
 from rlanything_jax.agents.trajectory import Episode, ExpertStep, LabelledStep, StepRecord
 from rlanything_jax.envs.base import Task
 from rlanything_jax.rl.data import Example
-from rlanything_jax.agents.examples import episode_examples
 from rlanything_jax.rl.phase import Learner, train_phase
 from rlanything_jax.rl.train_state import TrainState
 from rlanything_jax.seeds import derive_seed
@@ -76,9 +76,9 @@ def judge_prompt(tokenizer, prompts, task: Task, labelled: LabelledStep) -> list
 def reward_sft_examples(tokenizer, prompts, task: Task, labelled: Sequence[LabelledStep]) -> list[Example]:
     """Judge examples (prompt, the judgment of its label) for labelled steps of an expert game."""
     examples = []
-    for labelled in labelled:
-        response = tokenizer.encode(prompts.judgment_text(labelled.label)) + [end_of_turn_id(tokenizer)]
-        examples.append(Example(judge_prompt(tokenizer, prompts, task, labelled), response, 1.0,
+    for step in labelled:
+        response = tokenizer.encode(prompts.judgment_text(step.label)) + [end_of_turn_id(tokenizer)]
+        examples.append(Example(judge_prompt(tokenizer, prompts, task, step), response, 1.0,
                                 [float("nan")] * len(response)))
     return examples
 

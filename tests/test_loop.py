@@ -41,11 +41,11 @@ from rlanything_jax.agents.trajectory import JudgedEpisode, ParsedJudgment
 from rlanything_jax.config import load_config
 from rlanything_jax.curriculum.adaptation import accept_candidate
 from rlanything_jax.curriculum.task_pool import Candidate, TaskPool, propose
-from rlanything_jax.scenarios.alfworld import env as alfworld
 from rlanything_jax.envs.runner import EnvRunner
 from rlanything_jax.loop import Services, SystemState, rl_step
 from rlanything_jax.rl.data import unpack
 from rlanything_jax.rl.train_state import init_train_state
+from rlanything_jax.scenarios.alfworld import env as alfworld
 
 G = 8
 MAX_TURNS = 6
@@ -321,7 +321,8 @@ def test_two_loop_steps_route_candidates_rewards_and_advantages(tmp_path):
         script.wins = {t2.task_id: 7, t3.task_id: 0, ("candidate", t0.task_id): 1, ("candidate", t1.task_id): 6}
         before = jax.tree.map(np.asarray, (state1.policy.params, state1.reward.params))
         state2, metrics2 = rl_step(state1, services, settings)
-        by_task = _check_step(state2, metrics2, samplers, learners, record, before, step=2, lam=lam, m=m, penalty=penalty,
+        by_task = _check_step(state2, metrics2, samplers, learners, record, before, step=2, lam=lam, m=m,
+                              penalty=penalty,
                     played={t2.task_id, t3.task_id, c0.task_id, c1.task_id},
                     accuracy={t2.task_id: 0.875, t3.task_id: 0.0, c0.task_id: 0.125, c1.task_id: 0.75},
                     rejected={c0.task_id}, accepted={c1.task_id}, policy_tasks={t2.task_id, c1.task_id},

@@ -3,8 +3,14 @@
 import matplotlib.image
 import numpy as np
 
-from rlanything_jax.metrics import (MetricsWriter, curve_figure, format_step_line, plot_curves, read_metrics,
-                                   running_mean)
+from rlanything_jax.metrics import (
+    MetricsWriter,
+    curve_figure,
+    format_step_line,
+    plot_curves,
+    read_metrics,
+    running_mean,
+)
 
 # The keys run.py plots.
 CURVES = ("rollout/success_rate", "eval/success_rate", "reward_model/step_accuracy",

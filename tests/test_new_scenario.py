@@ -43,10 +43,10 @@ def test_the_config_file_registers_and_configures_the_new_scenario(tmp_path):
     try:
         __import__(scenario.env_module)
         [task] = tasks.warm_start
-        observation = runner.reset({0: task})[0]
+        assert runner.reset({0: task})[0].text == f"at 0 of {task.payload['distance']}"
         for action in scenario.expert.plan(task):
             result = runner.step({0: action})[0]
-        assert result.won and "at 2 of 2" in result.observation.text or result.won
+        assert result.won and result.observation.text == f"at {task.payload['distance']} of {task.payload['distance']}"
     finally:
         runner.close()
     with pytest.raises(Exception, match=r"config\.tasks\.max_distance"):

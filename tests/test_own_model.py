@@ -117,6 +117,5 @@ def test_a_model_of_your_own_samples_through_the_public_sampler():
             tokens.append(int(jnp.argmax(logits[0, -1])))
         assert list(completion.token_ids) == tokens[len(prompt):]
         expected = jax.nn.log_softmax(model.logits(model.hidden_states(jnp.asarray([tokens], jnp.int32)))[0], -1)
-        np.testing.assert_allclose(completion.logprobs,
-                                   [float(expected[len(prompt) - 1 + i, t]) for i, t in enumerate(completion.token_ids)],
-                                   atol=1e-5)
+        wanted = [float(expected[len(prompt) - 1 + i, t]) for i, t in enumerate(completion.token_ids)]
+        np.testing.assert_allclose(completion.logprobs, wanted, atol=1e-5)

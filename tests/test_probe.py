@@ -2,7 +2,6 @@
 
 import re
 
-import numpy as np
 import pytest
 
 from rlanything_jax.agents.judging import JudgeConfig

@@ -56,8 +56,9 @@ class FakePolicy:
         for task in tasks:
             for g in range(config.group_size):
                 won = g < WINS[task.task_id]
-                episodes.append(Episode(task=task, group_index=g, steps=[_step(task, g, t) for t in range(1 if won else 2)],
-                                        won=won, end_reason="won" if won else "max_steps"))
+                steps = [_step(task, g, t) for t in range(1 if won else 2)]
+                episodes.append(Episode(task=task, group_index=g, steps=steps, won=won,
+                                        end_reason="won" if won else "max_steps"))
         return episodes
 
     def update_params(self, params):

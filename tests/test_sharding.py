@@ -51,8 +51,9 @@ def test_logical_to_spec_follows_the_table_and_uses_each_mesh_axis_once():
 
 def test_logical_to_spec_replicates_dims_the_mesh_does_not_divide():
     mesh = sharding.build_mesh({"fsdp": 2, "tensor": 4})
-    assert sharding.logical_to_spec(("embed", "kv_heads", "head_dim"), RULES, mesh, (64, 2, 16)) == P("fsdp", None, None)
-    assert sharding.logical_to_spec(("embed", "kv_heads", "head_dim"), RULES, mesh, (64, 4, 16)) == P("fsdp", "tensor", None)
+    axes = ("embed", "kv_heads", "head_dim")
+    assert sharding.logical_to_spec(axes, RULES, mesh, (64, 2, 16)) == P("fsdp", None, None)
+    assert sharding.logical_to_spec(axes, RULES, mesh, (64, 4, 16)) == P("fsdp", "tensor", None)
     # batch -> (data, fsdp): with data = 1, fsdp = 2 a batch of 3 cannot be split.
     assert sharding.logical_to_spec(("batch",), RULES, mesh, (3,)) == P(("data",))
 

@@ -22,7 +22,8 @@ import numpy as np
 
 from rlanything_jax.agents.trajectory import Episode, JudgedEpisode, group_arrays, task_accuracy
 from rlanything_jax.rl.advantages import stepwise_group_advantages
-from rlanything_jax.rl.data import Example, pack_turns as pack_episode
+from rlanything_jax.rl.data import Example
+from rlanything_jax.rl.data import pack_turns as pack_episode
 from rlanything_jax.rl.rewards import consistency_advantages, integrated_step_reward, sign_balance_weights
 
 

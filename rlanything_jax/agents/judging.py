@@ -20,6 +20,7 @@ from rlanything_jax.sampling.sampler import Sampler
 from rlanything_jax.sampling.strategies import make_strategy
 from rlanything_jax.seeds import derive_seed
 
+
 @dataclasses.dataclass(frozen=True)
 class JudgeConfig:
     num_judgments: int = 3        # m

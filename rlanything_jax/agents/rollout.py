@@ -25,6 +25,7 @@ from rlanything_jax.sampling.sampler import Conversation, Sampler, bucket_length
 from rlanything_jax.sampling.strategies import SamplingStrategy, make_strategy
 from rlanything_jax.seeds import derive_seed
 
+
 @dataclasses.dataclass(frozen=True)
 class RolloutConfig:
     group_size: int = 8               # G rollouts per task

@@ -19,7 +19,6 @@ from typing import Any
 
 from rlanything_jax.envs.base import Observation, StepResult, Task, make_env
 
-
 # ----------------------------------------------------------------------------- shared progress
 
 

@@ -290,7 +290,8 @@ class EnvRunner:
         try:
             value = pickle.loads(data)
         except Exception as e:
-            return self._fail(op, EnvError(op.episode_id, f"result could not be unpickled: {e!r}", "exception"), results)
+            error = EnvError(op.episode_id, f"result could not be unpickled: {e!r}", "exception")
+            return self._fail(op, error, results)
         episode = self._episodes[op.episode_id]
         if op.kind == "step":
             result, digest = value
@@ -338,7 +339,8 @@ class EnvRunner:
         restore = []
         for op in [op for op in ops if op.kind != "close"] + background:
             if op is culprit:
-                self._fail(op, EnvError(op.episode_id, f"worker {what} during this episode's {op.label}", cause), results)
+                error = EnvError(op.episode_id, f"worker {what} during this episode's {op.label}", cause)
+                self._fail(op, error, results)
             elif hopeless:
                 self._fail(op, EnvError(op.episode_id, f"a fresh worker {what} before running it", "worker"), results)
             else:

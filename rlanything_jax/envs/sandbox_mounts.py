@@ -22,7 +22,8 @@ _ETC_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/
 
 def bwrap_prefix(bwrap: str, run_dir: str, program_path: str, scratch_mb: int,
                  drop_privileges: bool) -> list[str]:
-    """The argv of the bubblewrap executable `bwrap` up to "--": the interpreter's trees read-only, private /tmp, /dev/shm and
+    """The argv of the bubblewrap executable `bwrap` up to "--": the interpreter's trees read-only,
+    private /tmp, /dev/shm and
     scratch tmpfs of `scratch_mb`, the program file alone (read-only) in the scratch dir, no
     network, own pid namespace (every descendant dies with the run), own session."""
     size = str(scratch_mb << 20)

@@ -126,14 +126,15 @@ def main(argv: list[str]) -> int:
                 continue
             if cfg.warm_start.enabled:
                 # The warm start does not read the row: one 0-step run per seed, copied into every row.
-                warm = dataclasses.replace(cfg, ablation="rlanything", loop=dataclasses.replace(cfg.loop, total_steps=0),
+                warm = dataclasses.replace(cfg, ablation="rlanything",
+                                           loop=dataclasses.replace(cfg.loop, total_steps=0),
                                            workdir=str(root / "warm_start" / f"seed{seed_index}"))
                 if not (Path(warm.workdir) / "summary.json").exists():  # written when it has finished
                     print(f"[ablation] warm start, seed {cfg.seed}: {warm.workdir}", flush=True)
                     run_rl(warm, log=lambda m: print(f"[warm start] {m}", flush=True))
                 start_from_warm_start(Path(warm.workdir), Path(cfg.workdir))
             print(f"[ablation] {row}, seed {cfg.seed}: {cfg.workdir}", flush=True)
-            summaries.setdefault(row, []).append(run_rl(cfg, log=lambda m: print(f"[{row}] {m}", flush=True)))
+            summaries.setdefault(row, []).append(run_rl(cfg, log=lambda m, row=row: print(f"[{row}] {m}", flush=True)))
             _report(root, summaries, final=False)  # the table so far: an ablation cut short still has one
     if not summaries:
         print(f"error: no finished runs under {root}", file=sys.stderr)

@@ -20,7 +20,6 @@ from rlanything_jax.models.lm_head import target_logprobs
 from rlanything_jax.models.model_config import DecoderConfig
 from rlanything_jax.models.rope import apply_rope, inverse_frequencies, rope_cos_sin
 
-
 # The full forward's `attend` (interfaces.AttendFn) attends over the new keys only; the sampler's writes
 # them to its KV cache (the carry) and attends over the live part of the cache.
 

@@ -105,7 +105,8 @@ class DecoderConfig:
                 f"model_type {self.model_type!r} is not supported (supported: {', '.join(SUPPORTED_MODEL_TYPES)})")
         if self.num_heads % self.num_kv_heads:
             raise UnsupportedCheckpointError(
-                f"num_attention_heads ({self.num_heads}) must be a multiple of num_key_value_heads ({self.num_kv_heads})")
+                f"num_attention_heads ({self.num_heads}) must be a multiple of num_key_value_heads "
+                f"({self.num_kv_heads})")
 
     @property
     def queries_per_kv_head(self) -> int:

@@ -60,7 +60,8 @@ def decoder_config(arch: ScratchArchitecture, vocab_size: int) -> DecoderConfig:
                          eos_token_id=SPECIAL_TOKENS.index("<|im_end|>"))
 
 
-def build_scratch_model_dir(out_dir: str | Path, corpus: Iterable[str], arch: ScratchArchitecture = ScratchArchitecture(),
+def build_scratch_model_dir(out_dir: str | Path, corpus: Iterable[str],
+                            arch: ScratchArchitecture = ScratchArchitecture(),
                             seed: int = 0) -> Path:
     """Trains the tokenizer on `corpus`, initialises a decoder, and saves both to `out_dir`."""
     from rlanything_jax.models.decoder import Decoder

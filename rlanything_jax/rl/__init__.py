@@ -3,8 +3,13 @@
 from rlanything_jax.rl.advantages import stepwise_group_advantages
 from rlanything_jax.rl.losses import ppo_clip_k3_loss, ppo_clip_k3_sums
 from rlanything_jax.rl.normalize import masked_zscore
-from rlanything_jax.rl.rewards import (consistency_advantages, integrated_step_reward, sign_balance_weights,
-                                       unit_test_raw_rewards, unit_test_rewards)
+from rlanything_jax.rl.rewards import (
+                                       consistency_advantages,
+                                       integrated_step_reward,
+                                       sign_balance_weights,
+                                       unit_test_raw_rewards,
+                                       unit_test_rewards,
+)
 from rlanything_jax.rl.train_config import TrainConfig
 
 __all__ = ["TrainConfig", "consistency_advantages", "integrated_step_reward", "masked_zscore", "ppo_clip_k3_loss",

@@ -5,8 +5,7 @@ from collections import Counter
 import pytest
 
 from rlanything_jax.agents.judging import JudgeConfig, judge_episodes
-from rlanything_jax.agents.trajectory import ParsedJudgment
-from rlanything_jax.agents.trajectory import Episode, StepRecord
+from rlanything_jax.agents.trajectory import Episode, ParsedJudgment, StepRecord
 from rlanything_jax.envs.base import Observation, Task
 from rlanything_jax.models import load_pretrained
 from rlanything_jax.sampling.sampler import Sampler

@@ -3,20 +3,22 @@
 import pytest
 
 from rlanything_jax.curriculum.adaptation import DIRECTIONS
+from rlanything_jax.models.tokenizer import Tokenizer
 from rlanything_jax.scenarios.alfworld import goal_prompts
 from rlanything_jax.scenarios.coding import prompts as coding_prompts
-from rlanything_jax.scenarios.text_games import prompts
 from rlanything_jax.scenarios.coding.prompts import TestCases
+from rlanything_jax.scenarios.text_games import prompts
 from rlanything_jax.scenarios.text_games.prompts import PolicyDialogue
-from rlanything_jax.models.tokenizer import Tokenizer
 
-OBS0 = "You are in the middle of a room. Looking around you, you see a fridge 1.\n\nYour task is to: put a cool apple in fridge."
+OBS0 = ("You are in the middle of a room. Looking around you, you see a fridge 1.\n\n"
+        "Your task is to: put a cool apple in fridge.")
 ACTIONS0 = ["go to fridge 1", "look", "inventory"]
 # (response, executed action, next observation, next admissible actions)
 TURNS = [
     ("The apple may be in the fridge. \\boxed{0}", "go to fridge 1", "You arrive at fridge 1. It is closed.",
      ["open fridge 1", "look"]),
-    ("Open it.\nStep: \\boxed{0} \u2014 caf\u00e9 \U0001f34e", "open fridge 1", "You open the fridge 1. You see an apple 1.",
+    ("Open it.\nStep: \\boxed{0} \u2014 caf\u00e9 \U0001f34e", "open fridge 1",
+     "You open the fridge 1. You see an apple 1.",
      ["take apple 1 from fridge 1", "close fridge 1"]),
     ("```\ncode?\n```\n\\boxed{7}", "close fridge 1", "You close the fridge 1.", []),  # clamped index, no actions
 ]
@@ -36,7 +38,8 @@ def test_full_history_prompt_has_guide_trajectory_and_numbered_actions():
     assert text.startswith("You are playing a text game. Your objective is to complete the task as soon as possible.\n")
     assert "put the integer (the index of your chosen action) in \\boxed{}" in text
     assert f"observation: {OBS0}\nyou took action: go to fridge 1\nobservation: You arrive at fridge 1.\n\n" in text
-    assert text.endswith("You need to think step by step then choose one action by number:\n0) open fridge 1\n1) look\n")
+    assert text.endswith("You need to think step by step then choose one action by number:\n"
+                         "0) open fridge 1\n1) look\n")
 
 
 def test_full_history_prompt_fallbacks():
@@ -136,7 +139,8 @@ def test_every_builder_renders_with_a_chat_template(qwen25_tokenizer):
         prompts.policy_messages_full_history([OBS0], [], ACTIONS0),
         prompts.judge_messages("p", "r", "o"),
         prompts.failure_summary_messages("task", [OBS0], ["look"], 40, [0]),
-        goal_prompts.goal_rewrite_messages("init", "pick_and_place_simple", ["AppleType"], ["FridgeType"], "harder", 1.0),
+        goal_prompts.goal_rewrite_messages("init", "pick_and_place_simple", ["AppleType"], ["FridgeType"], "harder",
+                                           1.0),
         coding_prompts.coding_policy_messages("problem"),
         coding_prompts.unit_test_messages("problem"),
         coding_prompts.task_generation_messages("harder", "root", tests, "current", tests, tests),
@@ -183,7 +187,8 @@ def test_goal_rewrite_prompt(task_type, direction):
     text = _user(goal_prompts.goal_rewrite_messages("### Object classes\n- AppleType: apple1", task_type, objects,
                                                receptacles, direction, 0.875, [(3, "Looped."), (1, " Lost. ")],
                                                attempt=2, num_attempts=8))
-    assert text.startswith("Review the following details about an interactive environment. A related task will follow.\n"
+    assert text.startswith("Review the following details about an interactive environment. "
+                           "A related task will follow.\n"
                            "### Object classes\n- AppleType: apple1\n\n---\n")
     assert "- Rollout 1: Lost.\n- Rollout 3: Looped.\n" in text       # sorted by rollout
     assert f"makes the task **{direction.upper()}**" in text
@@ -217,7 +222,8 @@ def test_coding_policy_prompt():
                            "You should use input() to input and print() to output in your script.")
     assert text.endswith("This is the problem:\nRead n, print n+1.")
     assert "rather than generating the given test example" not in text
-    assert "rather than generating the given test example" in coding_prompts.coding_policy_messages("p", True)[1]["content"]
+    eval_prompt = coding_prompts.coding_policy_messages("p", True)[1]["content"]
+    assert "rather than generating the given test example" in eval_prompt
 
 
 def test_unit_test_prompt():

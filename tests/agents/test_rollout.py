@@ -7,13 +7,13 @@ import pytest
 
 from rlanything_jax.agents.judging import JudgeConfig, judge_episodes
 from rlanything_jax.agents.rollout import RolloutConfig, play_episodes
-from rlanything_jax.scenarios.text_games.reference import ReferencePrompts
-from rlanything_jax.scenarios.alfworld import env as alfworld
-from rlanything_jax.scenarios.alfworld.knobs import GameKnobs
 from rlanything_jax.envs.base import Task
 from rlanything_jax.envs.runner import EnvRunner
 from rlanything_jax.models import load_pretrained
 from rlanything_jax.sampling.sampler import Sampler, SamplerConfig
+from rlanything_jax.scenarios.alfworld import env as alfworld
+from rlanything_jax.scenarios.alfworld.knobs import GameKnobs
+from rlanything_jax.scenarios.text_games.reference import ReferencePrompts
 from tests import hf_reference
 
 SCENARIO = ReferencePrompts()

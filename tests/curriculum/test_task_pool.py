@@ -5,8 +5,15 @@ import json
 import numpy as np
 import pytest
 
-from rlanything_jax.curriculum.task_pool import (Candidate, TaskPool, pool_from_json, pool_to_json, propose,
-                                                 resolve_candidates, sample_step_tasks)
+from rlanything_jax.curriculum.task_pool import (
+    Candidate,
+    TaskPool,
+    pool_from_json,
+    pool_to_json,
+    propose,
+    resolve_candidates,
+    sample_step_tasks,
+)
 from rlanything_jax.envs.base import Task
 
 

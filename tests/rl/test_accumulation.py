@@ -16,7 +16,6 @@ from rlanything_jax import sharding
 from rlanything_jax.models import Decoder, DecoderConfig
 from rlanything_jax.rl.data import Example, pack_turns
 from rlanything_jax.rl.phase import Learner, train_phase
-from rlanything_jax.rl.train_config import TrainConfig
 from rlanything_jax.rl.train_state import init_train_state
 from rlanything_jax.rl.train_step import TrainBatch, TrainSpec, train_step
 

@@ -5,9 +5,9 @@ from collections import Counter
 import numpy as np
 import pytest
 
+from rlanything_jax.agents.examples import SignalConfig, policy_examples, reward_model_examples
 from rlanything_jax.agents.trajectory import Episode, JudgedEpisode, StepJudgments, StepRecord
 from rlanything_jax.envs.base import Observation, Task
-from rlanything_jax.agents.examples import SignalConfig, policy_examples, reward_model_examples
 
 TASK = Task("t", "alfworld", "goal")
 
@@ -95,7 +95,8 @@ def test_action_fallback_penalty_lowers_the_policy_reward_of_that_step_only():
 
     plain = {e.prompt_ids[0]: e.advantage for e in policy_examples(groups, SignalConfig())}
     assert [plain[g] for g in range(3)] == pytest.approx(zscore([2, 1 + 1 / 3, -2]), rel=1e-5)
-    penalised = {e.prompt_ids[0]: e.advantage for e in policy_examples(groups, SignalConfig(action_fallback_penalty=0.5))}
+    penalised = {e.prompt_ids[0]: e.advantage
+                 for e in policy_examples(groups, SignalConfig(action_fallback_penalty=0.5))}
     assert [penalised[g] for g in range(3)] == pytest.approx(zscore([2, 1 + 1 / 3 - 0.5, -2]), rel=1e-5)
     # The reward model's consistency reward keeps the reference's R (no penalty): b's step, R = 4/3.
     rm = [e.advantage for e in reward_model_examples(groups, SignalConfig(action_fallback_penalty=0.5)) if e.advantage]

@@ -10,11 +10,11 @@ import pytest
 from flax import nnx
 
 from rlanything_jax import sharding
+from rlanything_jax.agents.examples import SignalConfig, policy_examples
 from rlanything_jax.agents.trajectory import Episode, JudgedEpisode, StepJudgments, StepRecord
 from rlanything_jax.envs.base import Observation, Task
 from rlanything_jax.models import Decoder, DecoderConfig
 from rlanything_jax.rl.data import DataConfig, Example, Segment, collate, pack_turns, prepare_examples, unpack
-from rlanything_jax.agents.examples import SignalConfig, policy_examples
 from rlanything_jax.rl.phase import Learner, train_phase
 from rlanything_jax.rl.train_state import init_train_state
 from rlanything_jax.rl.train_step import TrainSpec, train_step

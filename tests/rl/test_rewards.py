@@ -4,8 +4,13 @@ import jax
 import numpy as np
 import pytest
 
-from rlanything_jax.rl import (consistency_advantages, integrated_step_reward, sign_balance_weights, unit_test_raw_rewards,
-                               unit_test_rewards)
+from rlanything_jax.rl import (
+    consistency_advantages,
+    integrated_step_reward,
+    sign_balance_weights,
+    unit_test_raw_rewards,
+    unit_test_rewards,
+)
 
 T, F = True, False
 

@@ -15,7 +15,14 @@ import pytest
 pytest.importorskip("alfworld")
 pytest.importorskip("textworld")
 
+from rlanything_jax.agents.scenario import GeneratorContext
 from rlanything_jax.agents.trajectory import Episode, JudgedEpisode, StepJudgments, StepRecord
+from rlanything_jax.curriculum.generators import EnvironmentModel, GeneratorChain, ProceduralGenerator, derived_seed
+from rlanything_jax.envs.base import Observation, Task
+from rlanything_jax.scenarios import make_scenario
+from rlanything_jax.scenarios.alfworld import env as alfworld
+from rlanything_jax.scenarios.alfworld import gen
+from rlanything_jax.scenarios.alfworld.generators import GoalRewriteGenerator, procedural_maker
 from rlanything_jax.scenarios.alfworld.goal_rewrite import (
     failure_summary_prompt,
     goal_candidate_from_outputs,
@@ -23,22 +30,15 @@ from rlanything_jax.scenarios.alfworld.goal_rewrite import (
     normalize_type_name,
     rejection_class,
 )
+from rlanything_jax.scenarios.alfworld.knobs import GameKnobs, easier_knobs, harder_knobs
+from rlanything_jax.scenarios.alfworld.pddl import parse_problem
+from rlanything_jax.scenarios.coding import env as coding
+from rlanything_jax.scenarios.coding.generators import ProblemRewriteGenerator
 from rlanything_jax.scenarios.coding.problems import (
     measured_pass_rates,
     problem_candidate_from_outputs,
     problem_prompt,
 )
-from rlanything_jax.agents.scenario import GeneratorContext
-from rlanything_jax.curriculum.generators import EnvironmentModel, GeneratorChain, ProceduralGenerator, derived_seed
-from rlanything_jax.scenarios import make_scenario
-from rlanything_jax.scenarios.alfworld.generators import GoalRewriteGenerator, procedural_maker
-from rlanything_jax.scenarios.coding.generators import ProblemRewriteGenerator
-from rlanything_jax.scenarios.alfworld import env as alfworld
-from rlanything_jax.scenarios.coding import env as coding
-from rlanything_jax.scenarios.alfworld import gen
-from rlanything_jax.scenarios.alfworld.knobs import GameKnobs, easier_knobs, harder_knobs
-from rlanything_jax.scenarios.alfworld.pddl import parse_problem
-from rlanything_jax.envs.base import Observation, Task
 
 ROOM = GameKnobs(num_receptacles=14, num_distractors=8)
 

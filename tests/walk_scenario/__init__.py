@@ -11,8 +11,6 @@ import dataclasses
 import re
 from pathlib import Path
 
-import numpy as np
-
 from rlanything_jax import validation
 from rlanything_jax.agents import demonstrations
 from rlanything_jax.agents.parsers import parse_judgment
@@ -33,8 +31,8 @@ class WalkOptions:
 
     def __post_init__(self):
         validation.positive_int("min_distance", self.min_distance)
-        validation.check("max_distance", validation.is_int(self.max_distance) and self.max_distance >= self.min_distance,
-                         "must be an integer >= min_distance", self.max_distance)
+        ok = validation.is_int(self.max_distance) and self.max_distance >= self.min_distance
+        validation.check("max_distance", ok, "must be an integer >= min_distance", self.max_distance)
 
 
 class WalkPrompts:

@@ -18,12 +18,18 @@ import random
 import shutil
 from typing import Any
 
+from rlanything_jax.envs.base import Observation, StepResult, Task, register_env
 from rlanything_jax.scenarios.alfworld import gen
 from rlanything_jax.scenarios.alfworld.engine import keep_argv, new_engine
 from rlanything_jax.scenarios.alfworld.expert import NoPlan, plan_commands
 from rlanything_jax.scenarios.alfworld.knobs import GameKnobs, easier_knobs, harder_knobs, knobs_difficulty  # noqa: F401
-from rlanything_jax.scenarios.alfworld.pddl import ProblemFacts, known_type, parse_problem, replace_goal, summarize_facts
-from rlanything_jax.envs.base import Observation, StepResult, Task, register_env
+from rlanything_jax.scenarios.alfworld.pddl import (
+    ProblemFacts,
+    known_type,
+    parse_problem,
+    replace_goal,
+    summarize_facts,
+)
 
 KIND = "alfworld"
 

@@ -12,7 +12,9 @@ import pytest
 pytest.importorskip("alfworld")
 pytest.importorskip("textworld")
 
+from rlanything_jax.envs.base import make_env
 from rlanything_jax.scenarios.alfworld import gen
+from rlanything_jax.scenarios.alfworld.engine import PLAIN_TEXTGEN_ENV
 from rlanything_jax.scenarios.alfworld.env import (
     AlfworldEnv,
     GameKnobs,
@@ -26,9 +28,7 @@ from rlanything_jax.scenarios.alfworld.env import (
     rewrite_goal,
     summarize_init,
 )
-from rlanything_jax.scenarios.alfworld.engine import PLAIN_TEXTGEN_ENV
 from rlanything_jax.scenarios.alfworld.pddl import display_names, goal_types, parse_problem
-from rlanything_jax.envs.base import make_env
 
 PRESETS = {
     "easy": GameKnobs(num_receptacles=5, num_distractors=0, rarity=0, target_instances=3),

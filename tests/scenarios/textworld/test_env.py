@@ -97,9 +97,11 @@ def test_clean_feedback_drops_banner_status_line_and_restart_question():
     raw = ("\n\n  ______  __\n |      \\|  \\\n  \\$$$$$$| $$\n\nWelcome! Take the coin.\n\n-= Den =-\nA den.\n\n"
            ">                                   -= Den =-0/1")
     assert clean_feedback(raw) == "Welcome! Take the coin.\n\n-= Den =-\nA den."
-    end = ("\nYou take the coin.\n\n                  *** The End ***\n\nYou scored 1 out of a possible 1, in 2 turns.\n\n\n"
+    end = ("\nYou take the coin.\n\n                  *** The End ***\n\n"
+           "You scored 1 out of a possible 1, in 2 turns.\n\n\n"
            "Would you like to RESTART, RESTORE a saved game, QUIT or UNDO the last command?\n>      -= Den =-1/2")
-    assert clean_feedback(end) == "You take the coin.\n\n*** The End ***\n\nYou scored 1 out of a possible 1, in 2 turns."
+    assert clean_feedback(end) == ("You take the coin.\n\n*** The End ***\n\n"
+                                   "You scored 1 out of a possible 1, in 2 turns.")
 
 
 # ----------------------------------------------------------------------------- generation
