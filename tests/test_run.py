@@ -1,63 +1,266 @@
-"""A whole run end to end on generated ALFWorld games with scratch-built models, killed and resumed."""
+"""Whole runs end to end on generated ALFWorld games with scratch-built models: killed with SIGKILL at
+seeded points (one inside an asynchronous checkpoint save) and resumed, a run ends exactly where an
+uninterrupted one does; a finished run is left alone; Ctrl-C before the first checkpoint says so."""
 
+import contextlib
+import dataclasses
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
 import pytest
 
+from rlanything_jax.metrics import read_metrics
+from rlanything_jax.run import finished_step
+
 ROOT = Path(__file__).resolve().parent.parent
-SMALL = ["--config=configs/alfworld.py:scratch", "--config.env.num_train_tasks=4", "--config.env.num_eval_tasks=2",
-         "--config.warm_start.num_tasks=4", "--config.warm_start.policy_epochs=1", "--config.rollout.tasks_per_step=2",
-         "--config.rollout.group_size=2", "--config.rollout.max_turns=3", "--config.eval.max_turns=3",
-         "--config.eval.group_size=1", "--config.loop.eval_every=2", "--config.env.workers=1",
-         "--config.model.scratch.num_layers=1", "--config.model.scratch.vocab_size=512"]
+TOTAL_STEPS = 3
+# configs/default.py:smoke, changed so that both models train at every step (their optimizer moments
+# then carry real state across a resume): the accuracy bands admit the tasks a scratch policy never
+# wins, and a short, strong warm start teaches the reward model to write parseable judgments (with
+# none parseable, every judgment of a step scores alike and its advantages are all zero).
+RESUMABLE_RUN = ["--config=configs/default.py:smoke", f"--config.loop.total_steps={TOTAL_STEPS}",
+                 "--config.loop.save_every=1", "--config.loop.eval_every=2", "--config.eval.judge_probe_tasks=1",
+                 "--config.train.policy_acc_low=0", "--config.train.policy_acc_high=1",
+                 "--config.reward.band_low=0", "--config.reward.band_high=1", "--config.reward.num_judgments=4",
+                 "--config.warm_start.enabled=true", "--config.warm_start.num_tasks=4",
+                 "--config.warm_start.policy_epochs=1", "--config.warm_start.reward_epochs=6",
+                 "--config.warm_start.learning_rate=1e-2", "--config.warm_start.batch_size=8"]
+KILL_SEED = 46   # a plan with a kill in the warm start, one inside the save of step 1, one after step 2's metrics
+# Metrics two processes cannot agree on, so left out of the comparison (every other key must be equal):
+WALL_CLOCK_PREFIX = "time/"                                 # seconds of each phase and step
+WALL_CLOCK_KEYS = {"time_env_s", "time_judge_s", "time_policy_s"}   # seconds the rollout engine counts
+PROCESS_LOCAL_KEYS = {"sampler/policy_compilations",        # XLA compilations so far in this process:
+                      "sampler/reward_compilations"}        # a resumed process starts again from zero
+ORBAX_TEMPORARY = ".orbax-checkpoint-tmp"   # orbax writes step N into "N.orbax-checkpoint-tmp", then renames it
+RUN_TIMEOUT_S = 1500
 
 
-def _main(workdir, steps, **kwargs):
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}   # one CPU device, as a user runs it
-    return subprocess.Popen([sys.executable, "-m", "rlanything_jax.main", *SMALL, f"--config.workdir={workdir}",
-                             f"--config.loop.total_steps={steps}"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, **kwargs)
+def _command(workdir: Path) -> list[str]:
+    return [sys.executable, "-m", "rlanything_jax.main", *RESUMABLE_RUN, f"--config.workdir={workdir}"]
 
 
-def _lines(workdir):
-    return [json.loads(line) for line in (Path(workdir) / "metrics.jsonl").read_text().splitlines()]
+def _user_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}   # one CPU device, as a user runs it
+
+
+@dataclasses.dataclass(frozen=True)
+class KillPoint:
+    """Where to SIGKILL a run: `delay_s` after its log prints `text`, or (`save_of` set) as soon as the
+    temporary directory of the checkpoint of step `save_of` or later appears, while orbax writes it."""
+
+    text: str = ""
+    save_of: int | None = None
+    delay_s: float = 0.0
+
+
+def kill_points(total: int) -> list[KillPoint]:
+    """Every kill point of one uninterrupted run, in the order the run reaches them."""
+    points = [KillPoint("warm start:"), KillPoint("warm start policy: epoch"), KillPoint("step 0 (start)"),
+              KillPoint(save_of=0)]
+    for step in range(1, total + 1):
+        points += [KillPoint(f"step {step} rollout:"), KillPoint(f"step {step} judge:"),
+                   KillPoint(f"step {step} policy update:"), KillPoint(f"step {step}/{total} "),
+                   KillPoint(save_of=step)]
+    return points
+
+
+def kill_plan(rng: random.Random, total: int) -> list[KillPoint]:
+    """Three kills in run order: one inside the save of a step before the last (a missed one falls to a
+    later step's save) and two anywhere, each log-triggered one up to half a second after its line."""
+    points = kill_points(total)
+    saves = [i for i, p in enumerate(points) if p.save_of is not None and 1 <= p.save_of < total]
+    chosen = sorted({rng.choice(saves), *rng.sample(range(len(points)), 2)})
+    return [points[i] if points[i].save_of is not None else dataclasses.replace(points[i], delay_s=rng.uniform(0, 0.5))
+            for i in chosen]
+
+
+@dataclasses.dataclass(frozen=True)
+class Attempt:
+    point: KillPoint | None
+    killed: bool
+    returncode: int
+    output: str
+    committed: int | None        # the newest complete checkpoint left behind
+    killed_while_saving: str | None   # the unfinished checkpoint directory of a kill inside a save
+
+
+def _temporary_dirs(checkpoints: Path) -> list[str]:
+    try:
+        return sorted(entry.name for entry in os.scandir(checkpoints) if entry.name.endswith(ORBAX_TEMPORARY))
+    except FileNotFoundError:
+        return []
+
+
+def _save_under_way(checkpoints: Path, from_step: int, since_ns: int) -> str | None:
+    """The temporary directory of a checkpoint of step >= from_step made since `since_ns` (one a kill left
+    unfinished before is older: orbax removes and makes it again when it saves that step again)."""
+    for name in _temporary_dirs(checkpoints):
+        step = name[:-len(ORBAX_TEMPORARY)]
+        with contextlib.suppress(FileNotFoundError):
+            if step.isdigit() and int(step) >= from_step and os.stat(checkpoints / name).st_ctime_ns >= since_ns:
+                return name
+    return None
+
+
+def run_once(workdir: Path, point: KillPoint | None) -> Attempt:
+    """Runs the command in its own process group until it ends, or kills the whole group (the run and its
+    environment workers) with SIGKILL at `point`."""
+    checkpoints, started_ns = workdir / "checkpoints", time.time_ns()
+    process = subprocess.Popen(_command(workdir), cwd=ROOT, env=_user_env(), stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    lines, printed = [], threading.Event()
+
+    def read() -> None:
+        for line in process.stdout:
+            lines.append(line)
+            if point is not None and point.text and point.text in line:
+                printed.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    deadline, killed, saving = time.monotonic() + RUN_TIMEOUT_S, False, None
+    while process.poll() is None and point is not None:
+        if time.monotonic() > deadline:
+            os.killpg(process.pid, signal.SIGKILL)
+            pytest.fail(f"no kill point {point} within {RUN_TIMEOUT_S} s:\n{''.join(lines)[-3000:]}")
+        if point.save_of is not None:
+            saving = _save_under_way(checkpoints, point.save_of, started_ns)
+        if printed.is_set() or saving is not None:
+            time.sleep(point.delay_s)
+            with contextlib.suppress(ProcessLookupError):   # it may have just ended
+                os.killpg(process.pid, signal.SIGKILL)
+            killed = True
+            break
+        time.sleep(0.001)
+    returncode = process.wait(timeout=RUN_TIMEOUT_S)
+    reader.join(timeout=60)
+    unfinished = saving if saving is not None and (checkpoints / saving).is_dir() else None
+    return Attempt(point, killed, returncode, "".join(lines), finished_step(workdir), unfinished)
+
+
+def resumed_until_done(workdir: Path, plan: list[KillPoint]) -> list[Attempt]:
+    """Kills the run at each point of `plan` in turn (starting it again each time), then lets it finish."""
+    attempts = []
+    for point in [*plan, None]:
+        attempt = run_once(workdir, point)
+        attempts.append(attempt)
+        if not attempt.killed:
+            assert attempt.returncode == 0, attempt.output[-3000:]
+            return attempts
+    raise AssertionError("unreachable: the last attempt has no kill point")
+
+
+def comparable_metrics(workdir: Path) -> list[dict]:
+    return [{key: value for key, value in line.items() if not key.startswith(WALL_CLOCK_PREFIX)
+             and key not in WALL_CLOCK_KEYS | PROCESS_LOCAL_KEYS} for line in read_metrics(workdir / "metrics.jsonl")]
+
+
+def metric_differences(straight: list[dict], resumed: list[dict]) -> list[str]:
+    differences = []
+    for a, b in zip(straight, resumed):
+        for key in sorted(a.keys() | b.keys()):
+            if a.get(key, "<absent>") != b.get(key, "<absent>"):
+                differences.append(f"step {a.get('step')} {key}: {a.get(key, '<absent>')} != {b.get(key, '<absent>')}")
+    return differences + ([f"{len(straight)} lines != {len(resumed)} lines"] if len(straight) != len(resumed) else [])
+
+
+def load_checkpoint(workdir: Path, step: int) -> tuple[dict, dict]:
+    """The arrays (as saved, no restore target) and the JSON state of one checkpoint, read with orbax."""
+    manager = ocp.CheckpointManager(workdir / "checkpoints", options=ocp.CheckpointManagerOptions(read_only=True))
+    try:
+        restored = manager.restore(step, args=ocp.args.Composite(arrays=ocp.args.StandardRestore(),
+                                                                 json=ocp.args.JsonRestore()))
+    finally:
+        manager.close()
+    return restored["arrays"], restored["json"]
+
+
+def leaf_differences(straight: dict, resumed: dict) -> list[str]:
+    """Leaves whose path, dtype, shape or bytes differ (bitwise: -0.0 against 0.0 and NaN payloads count)."""
+    a = {jax.tree_util.keystr(path): np.asarray(leaf) for path, leaf in jax.tree_util.tree_leaves_with_path(straight)}
+    b = {jax.tree_util.keystr(path): np.asarray(leaf) for path, leaf in jax.tree_util.tree_leaves_with_path(resumed)}
+    differences = [f"{path}: only in one run" for path in sorted(a.keys() ^ b.keys())]
+    for path in sorted(a.keys() & b.keys()):
+        x, y = a[path], b[path]
+        if x.dtype != y.dtype or x.shape != y.shape or x.tobytes() != y.tobytes():
+            diff = float(np.max(np.abs(x.astype(np.float64) - y.astype(np.float64)))) if x.shape == y.shape else None
+            differences.append(f"{path}: {x.dtype}{x.shape} != {y.dtype}{y.shape} (max |diff| {diff})")
+    return differences
+
+
+def portable_json(state: dict, workdir: Path) -> str:
+    """The JSON state with the run's own directory (in the game files' paths) written as <workdir>."""
+    return json.dumps(state, sort_keys=True, indent=1).replace(str(workdir), "<workdir>")
 
 
 @pytest.mark.slow
-def test_run_is_killed_and_resumes_with_nothing_lost_or_repeated(tmp_path):
-    workdir = tmp_path / "run"
-    process = _main(workdir, steps=3)
-    deadline = time.time() + 900
-    while time.time() < deadline:   # kill -9 once step 1 is checkpointed
-        if (workdir / "checkpoints" / "1").is_dir() and (workdir / "metrics.jsonl").exists() \
-                and len(_lines(workdir)) >= 2:
-            break
-        time.sleep(1)
-    process.send_signal(signal.SIGKILL)
-    process.wait()
-    done_before = max(line["step"] for line in _lines(workdir))
-    assert done_before >= 1
-    resumed = _main(workdir, steps=3)
-    output, _ = resumed.communicate(timeout=900)
-    assert resumed.returncode == 0, output[-3000:]
-    assert "resumed from step" in output
-    steps = [line["step"] for line in _lines(workdir)]
-    assert steps == [0, 1, 2, 3]
-    summary = json.loads((workdir / "summary.json").read_text())
-    assert summary["steps"] == 3 and summary["held_out_success_end"] is not None
-    assert (workdir / "curves.png").read_bytes()[:4] == b"\x89PNG"
-    assert list((workdir / "tensorboard").iterdir())
-    for line in _lines(workdir)[1:]:
-        assert "rollout/success_rate" in line and "time/step_s" in line
-    for line in _lines(workdir):   # the fixed probe of the reward model, after the warm start and every step
+def test_a_run_killed_at_seeded_points_resumes_to_exactly_the_uninterrupted_run(tmp_path):
+    straight_dir, resumed_dir = tmp_path / "straight", tmp_path / "resumed"
+    with (tmp_path / "straight.log").open("w") as log:   # the uninterrupted run, alongside
+        straight = subprocess.Popen(_command(straight_dir), cwd=ROOT, env=_user_env(), stdout=log,
+                                    stderr=subprocess.STDOUT, text=True)
+        try:
+            plan = kill_plan(random.Random(KILL_SEED), TOTAL_STEPS)
+            attempts = resumed_until_done(resumed_dir, plan)
+        finally:
+            assert straight.wait(timeout=RUN_TIMEOUT_S) == 0, (tmp_path / "straight.log").read_text()[-3000:]
+    record = "\n".join(f"{a.point} killed={a.killed} rc={a.returncode} committed={a.committed} "
+                       f"killed while saving={a.killed_while_saving}" for a in attempts)
+
+    # The kills happened where planned: at least two, one of them while orbax was writing a checkpoint.
+    kills = [a for a in attempts if a.killed]
+    assert len(kills) >= 2, record
+    assert any(a.killed_while_saving for a in kills), record
+    # Each start resumed from the newest complete checkpoint the kill before it left (none: a fresh start).
+    for before, after in zip(attempts, attempts[1:]):
+        if before.committed is None:
+            assert "resumed from step" not in after.output, record
+        else:
+            assert f"resumed from step {before.committed} " in after.output, record
+    assert _temporary_dirs(resumed_dir / "checkpoints") == [], record   # each killed save was made again
+
+    # Metrics: the same lines, every key but the wall-clock and per-process ones.
+    straight_lines, resumed_lines = comparable_metrics(straight_dir), comparable_metrics(resumed_dir)
+    assert [line["step"] for line in resumed_lines] == list(range(TOTAL_STEPS + 1)), record
+    assert metric_differences(straight_lines, resumed_lines) == [], record
+    every_key = set().union(*(line.keys() for line in read_metrics(straight_dir / "metrics.jsonl")))
+    excluded = {k for k in every_key if k.startswith(WALL_CLOCK_PREFIX)} | WALL_CLOCK_KEYS | PROCESS_LOCAL_KEYS
+    assert excluded <= every_key and WALL_CLOCK_KEYS | PROCESS_LOCAL_KEYS <= every_key   # the list is not stale
+    for line in straight_lines[1:]:   # both models trained at every step, so their moments matter
+        assert line["policy/updates"] >= 1 and line["reward/updates"] >= 1, line
+    for line in straight_lines:
         assert 0.0 <= line["reward_model/probe_step_accuracy"] <= 1.0
 
+    # Checkpoints: every array (params, optimizer moments, update counts of both models), bit for bit,
+    # and the JSON state (step, task pool: active tasks, pending candidates, history), at every kept step.
+    steps = sorted(int(p.name) for p in (straight_dir / "checkpoints").iterdir() if p.name.isdigit())
+    assert steps == sorted(int(p.name) for p in (resumed_dir / "checkpoints").iterdir() if p.name.isdigit())
+    assert steps[-1] == TOTAL_STEPS
+    for step in steps:
+        straight_arrays, straight_json = load_checkpoint(straight_dir, step)
+        resumed_arrays, resumed_json = load_checkpoint(resumed_dir, step)
+        assert leaf_differences(straight_arrays, resumed_arrays) == [], f"step {step}\n{record}"
+        assert portable_json(resumed_json, resumed_dir) == portable_json(straight_json, straight_dir), step
+    assert int(straight_arrays["policy"]["step"]) == int(straight_arrays["reward"]["step"]) == TOTAL_STEPS
+    slots = straight_json["pool"]["slots"]
+    assert any(slot["pending"] is not None for slot in slots) and any(slot["history"] for slot in slots)
+
+    straight_summary = json.loads((straight_dir / "summary.json").read_text())
+    resumed_summary = json.loads((resumed_dir / "summary.json").read_text())
+    for summary in (straight_summary, resumed_summary):
+        summary.pop("seconds_this_session")   # wall clock
+    assert resumed_summary == straight_summary
+    assert (resumed_dir / "curves.png").read_bytes()[:4] == b"\x89PNG" and list((resumed_dir / "tensorboard").iterdir())
 
 @pytest.mark.slow
 def test_a_finished_run_says_so_and_changes_nothing_when_run_again(tmp_path):
