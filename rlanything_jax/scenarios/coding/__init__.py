@@ -25,7 +25,7 @@ from rlanything_jax.scenarios import register_scenario
 from rlanything_jax.scenarios.coding import easy_problems
 from rlanything_jax.scenarios.coding import env as coding_env
 from rlanything_jax.scenarios.coding.generators import ProblemRewriteGenerator
-from rlanything_jax.scenarios.coding.scenario import CodingPrompts
+from rlanything_jax.scenarios.coding.scenario import PROMPT_STYLES
 
 NAME = "coding"
 SOURCES = ("humaneval", "stdio", "easy")
@@ -42,11 +42,15 @@ class CodingOptions:
     source: str = "humaneval"
     stdio_file: str = ""
     max_tests: int = 0                # ground-truth tests per stdio problem (0: all; easy problems: 5)
+    # "reference" (the reference's prompts, for instruct models) or "compact" (the problem under a one-line
+    # instruction, for small models built from scratch; `scenario.CompactCodingPrompts`)
+    prompt_style: str = "reference"
 
     def __post_init__(self):
         validation.one_of("source", self.source, SOURCES)
         validation.check("stdio_file", isinstance(self.stdio_file, str), "must be a path or ''", self.stdio_file)
         validation.non_negative_int("max_tests", self.max_tests)
+        validation.one_of("prompt_style", self.prompt_style, tuple(PROMPT_STYLES))
 
 
 class ReferenceSolutionExpert:
@@ -80,7 +84,7 @@ class CodingScenario:
 
     def __init__(self, options: CodingOptions):
         self.options = options
-        self.prompts = CodingPrompts()
+        self.prompts = PROMPT_STYLES[options.prompt_style]()
         self.expert = ReferenceSolutionExpert()
 
     def _tasks(self) -> list[Task]:

@@ -1,5 +1,9 @@
 """How the coding scenario talks to the models: one turn, the policy writes a program; the reward model
 writes unit tests (ALGORITHM.md 3.4, 5.3).
+
+Two prompt styles (the `tasks.prompt_style` option): the reference's (`CodingPrompts`, for instruct
+models) and a compact one for small models built from scratch (`CompactCodingPrompts`: the problem
+under a one-line instruction). Both parse programs and tests the same way and write the same answers.
 """
 
 from __future__ import annotations
@@ -15,7 +19,12 @@ from rlanything_jax.agents.trajectory import Episode, ParsedAction
 from rlanything_jax.envs.base import Observation, Task
 from rlanything_jax.scenarios.coding import env as coding_env
 from rlanything_jax.scenarios.coding.parsers import parse_code_block, parse_unit_test
-from rlanything_jax.scenarios.coding.prompts import coding_policy_messages, unit_test_messages
+from rlanything_jax.scenarios.coding.prompts import (
+    coding_policy_messages,
+    compact_policy_messages,
+    compact_unit_test_messages,
+    unit_test_messages,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,3 +73,17 @@ class CodingPrompts:
                   tests: Sequence[tuple[str, str]]) -> np.ndarray:
         time_limit_s = float(task.payload.get("test_time_limit", coding_env.DEFAULT_TIME_LIMIT_S))
         return coding_env.run_unit_tests(programs, tests, time_limit_s, self.sandbox_workers)
+
+
+@dataclasses.dataclass(frozen=True)
+class CompactCodingPrompts(CodingPrompts):
+    """The compact style: the problem under a one-line instruction, for the policy and the reward model alike."""
+
+    def initial_messages(self, task: Task, observation: Observation) -> list[Message]:
+        return compact_policy_messages(observation.text)
+
+    def unit_test_messages(self, task: Task) -> list[Message]:
+        return compact_unit_test_messages(task.goal)
+
+
+PROMPT_STYLES = {"reference": CodingPrompts, "compact": CompactCodingPrompts}
