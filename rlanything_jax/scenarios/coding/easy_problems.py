@@ -2,11 +2,12 @@
 
 A problem is one of a family of templates (sum, difference, product, max/min/sum/sort of a
 list, reverse a word, count a letter, string length, parity, ...), some with a constant drawn
-from the seed (add k, count the letter c). Its first test is the template's simple case (a small
-input one checks by hand, "1 2" or "abc": what a careful test writer starts with), the others
-have random inputs; expected outputs are computed here, independently of the reference
-solution, and a test checks that every reference solution passes its own problem's tests in
-the sandbox. Problem `seed` is
+from the seed (add k, count the letter c). Its first tests are the template's simple cases (small
+inputs one checks by hand, "1 2" or "abc": what a careful test writer starts with; with a
+constant, inputs whose answer is fixed or is the constant itself, as n = 0 for "print n + k"),
+the others have random inputs; expected outputs are computed here, independently of the
+reference solution, and a test checks that every reference solution passes its own problem's
+tests in the sandbox. Problem `seed` is
 `TEMPLATES[seed % len(TEMPLATES)]` with constants and inputs from the seed, so disjoint seed
 ranges give disjoint problem instances (a template recurs; its constants and tests differ).
 """
@@ -23,7 +24,7 @@ from rlanything_jax.envs.base import Task
 from rlanything_jax.scenarios.coding.env import stdio_task
 from rlanything_jax.seeds import derive_rng
 
-NUM_TESTS = 5
+NUM_TESTS = 5            # per problem: the template's two simple cases, then random cases
 TIME_LIMIT_S = 4.0
 _TWO_INTS = "Read two integers a and b separated by a space on one line."
 _INT_LIST = "Read integers separated by spaces on one line."
@@ -35,7 +36,7 @@ class Problem:
 
     question: str
     reference_solution: str
-    simple_input: str                                  # the first test: a small case anyone can check by hand
+    simple_inputs: tuple[str, ...]                     # the first tests: small cases anyone can check by hand
     random_input: Callable[[np.random.Generator], str]  # the other tests' inputs
     solve: Callable[[str], str]                        # stdin -> expected stdout (not by running the reference)
 
@@ -44,28 +45,31 @@ def _line(*values) -> str:
     return " ".join(str(v) for v in values) + "\n"
 
 
-def _one_int(question: str, solution: str, simple: int, f: Callable[[int], object], low: int = -50,
+def _one_int(question: str, solution: str, simple: tuple[int, ...], f: Callable[[int], object], low: int = -50,
              high: int = 50) -> Problem:
-    return Problem(question, solution, _line(simple), lambda r: _line(int(r.integers(low, high + 1))),
-                   lambda stdin: _line(f(int(stdin))))
+    return Problem(question, solution, tuple(_line(n) for n in simple),
+                   lambda r: _line(int(r.integers(low, high + 1))), lambda stdin: _line(f(int(stdin))))
 
 
-def _two_ints(question: str, solution: str, f: Callable[[int, int], object]) -> Problem:
-    return Problem(f"{_TWO_INTS} {question}", solution, _line(1, 2),
+def _two_ints(question: str, solution: str, f: Callable[[int, int], object],
+              simple: tuple[tuple[int, int], ...] = ((1, 2), (5, 3))) -> Problem:
+    return Problem(f"{_TWO_INTS} {question}", solution, tuple(_line(*pair) for pair in simple),
                    lambda r: _line(*(int(x) for x in r.integers(-50, 51, size=2))),
                    lambda stdin: _line(f(*map(int, stdin.split()))))
 
 
 def _int_list(question: str, solution: str, f: Callable[[list[int]], object]) -> Problem:
-    return Problem(f"{_INT_LIST} {question}", solution, _line(3, 1, 2),
+    return Problem(f"{_INT_LIST} {question}", solution, (_line(3, 1, 2), _line(4, 5)),
                    lambda r: _line(*(int(x) for x in r.integers(-50, 51, size=int(r.integers(2, 7))))),
                    lambda stdin: _line(f([int(x) for x in stdin.split()])))
 
 
-def _word(question: str, solution: str, f: Callable[[str], object], letters: str = string.ascii_lowercase) -> Problem:
+def _word(question: str, solution: str, f: Callable[[str], object], letters: str = string.ascii_lowercase,
+          simple: tuple[str, ...] = ("abc", "hello")) -> Problem:
     def random_word(r: np.random.Generator) -> str:
         return _line("".join(r.choice(list(letters), size=int(r.integers(3, 9)))))
-    return Problem(question, solution, _line("abc"), random_word, lambda stdin: _line(f(stdin.strip())))
+    return Problem(question, solution, tuple(_line(w) for w in simple), random_word,
+                   lambda stdin: _line(f(stdin.strip())))
 
 
 # ---------------------------------------------------------------- templates: rng -> Problem
@@ -73,27 +77,29 @@ def _word(question: str, solution: str, f: Callable[[str], object], letters: str
 
 def add_constant(rng):
     k = int(rng.integers(2, 21))
-    return _one_int(f"Read an integer n. Print n + {k}.", f"n = int(input())\nprint(n + {k})\n", 1, lambda n: n + k)
+    return _one_int(f"Read an integer n. Print n + {k}.", f"n = int(input())\nprint(n + {k})\n", (0, 1),
+                    lambda n: n + k)
 
 
 def multiply_constant(rng):
     k = int(rng.integers(2, 10))
-    return _one_int(f"Read an integer n. Print n * {k}.", f"n = int(input())\nprint(n * {k})\n", 1, lambda n: n * k)
+    return _one_int(f"Read an integer n. Print n * {k}.", f"n = int(input())\nprint(n * {k})\n", (1, 0),
+                    lambda n: n * k)
 
 
 def remainder(rng):
     k = int(rng.integers(2, 10))
     return _one_int(f"Read a non-negative integer n. Print the remainder of n divided by {k}.",
-                    f"n = int(input())\nprint(n % {k})\n", k + 1, lambda n: n % k, 0, 100)
+                    f"n = int(input())\nprint(n % {k})\n", (1, k), lambda n: n % k, 0, 100)
 
 
 def square(rng):
-    return _one_int("Read an integer n. Print n * n.", "n = int(input())\nprint(n * n)\n", 3, lambda n: n * n)
+    return _one_int("Read an integer n. Print n * n.", "n = int(input())\nprint(n * n)\n", (3, 2), lambda n: n * n)
 
 
 def parity(rng):
     return _one_int("Read an integer n. Print even if n is even, otherwise print odd.",
-                    "n = int(input())\nprint('even' if n % 2 == 0 else 'odd')\n", 2,
+                    "n = int(input())\nprint('even' if n % 2 == 0 else 'odd')\n", (2, 3),
                     lambda n: "even" if n % 2 == 0 else "odd")
 
 
@@ -153,13 +159,14 @@ def first_letter(rng):
 def count_letter(rng):
     letter = str(rng.choice(list("abcde")))
     return _word(f"Read a word. Print how many times the letter {letter} appears in it.",
-                 f"print(input().count('{letter}'))\n", lambda w: w.count(letter), letters="abcde")  # counts vary
+                 f"print(input().count('{letter}'))\n", lambda w: w.count(letter), letters="abcde",  # counts vary
+                 simple=("abcde", "xyz"))   # 1 and 0 whatever the letter
 
 
 def repeat_word(rng):
     k = int(rng.integers(2, 5))
     return _word(f"Read a word. Print it {k} times in a row, with no spaces.", f"print(input().strip() * {k})\n",
-                 lambda w: w * k)
+                 lambda w: w * k, simple=("a", "ab"))
 
 
 TEMPLATES: dict[str, Callable[[np.random.Generator], Problem]] = {f.__name__: f for f in (
@@ -170,11 +177,11 @@ TEMPLATES: dict[str, Callable[[np.random.Generator], Problem]] = {f.__name__: f 
 
 def easy_record(seed: int, num_tests: int = NUM_TESTS) -> dict:
     """Problem `seed` in the reference's stdio record format, with its reference solution: the template's
-    simple case, then random cases, `num_tests` tests with distinct inputs."""
+    simple cases, then random cases, `num_tests` tests with distinct inputs."""
     name = list(TEMPLATES)[seed % len(TEMPLATES)]
     rng = derive_rng(seed, "easy_coding_problem")
     problem = TEMPLATES[name](rng)
-    inputs = [problem.simple_input]
+    inputs = list(problem.simple_inputs[:num_tests])
     for _ in range(20 * num_tests):  # a template with few inputs may repeat one
         if len(inputs) >= num_tests:
             break
