@@ -3,7 +3,9 @@
     python -m tests.resume_worker CHECKPOINT_DIR TOTAL_STEPS OUT.npz [--stop-after N]
 
 Resumes from the newest checkpoint in CHECKPOINT_DIR when there is one. Batches come
-from a counter-driven iterator whose position is checkpointed as JSON state.
+from a counter-driven iterator whose position is checkpointed as JSON state. OUT.npz
+holds every leaf of the final train state (update count, params, optimizer moments),
+keyed by its pytree path, and the iterator's position.
 """
 
 import os
@@ -64,7 +66,8 @@ def main() -> None:
         state, _ = step(state, batches.next())
         checkpointer.save(int(state.step), {"policy": state})
     checkpointer.close()
-    np.savez(out, *[np.asarray(x) for x in jax.tree.leaves(state.params)], step=int(state.step))
+    leaves = {jax.tree_util.keystr(path): np.asarray(leaf) for path, leaf in jax.tree_util.tree_leaves_with_path(state)}
+    np.savez(out, data_position=batches.position, **leaves)
 
 
 if __name__ == "__main__":
