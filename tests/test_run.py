@@ -27,14 +27,16 @@ TOTAL_STEPS = 3
 # configs/default.py:smoke, changed so that both models train at every step (their optimizer moments
 # then carry real state across a resume): the accuracy bands admit the tasks a scratch policy never
 # wins, and a short, strong warm start teaches the reward model to write parseable judgments (with
-# none parseable, every judgment of a step scores alike and its advantages are all zero).
+# none parseable, every judgment of a step scores alike and its advantages are all zero). An environment
+# step's time limit far above its seconds keeps a busy machine's slowness out of the outcomes.
 RESUMABLE_RUN = ["--config=configs/default.py:smoke", f"--config.loop.total_steps={TOTAL_STEPS}",
                  "--config.loop.save_every=1", "--config.loop.eval_every=2", "--config.eval.judge_probe_tasks=1",
                  "--config.train.policy_acc_low=0", "--config.train.policy_acc_high=1",
                  "--config.reward.band_low=0", "--config.reward.band_high=1", "--config.reward.num_judgments=4",
                  "--config.warm_start.enabled=true", "--config.warm_start.num_tasks=4",
                  "--config.warm_start.policy_epochs=1", "--config.warm_start.reward_epochs=6",
-                 "--config.warm_start.learning_rate=1e-2", "--config.warm_start.batch_size=8"]
+                 "--config.warm_start.learning_rate=1e-2", "--config.warm_start.batch_size=8",
+                 "--config.env.step_timeout_s=600"]
 KILL_SEED = 46   # a plan with a kill in the warm start, one inside the save of step 1, one after step 2's metrics
 # Metrics two processes cannot agree on, so left out of the comparison (every other key must be equal):
 WALL_CLOCK_PREFIX = "time/"                                 # seconds of each phase and step
@@ -75,8 +77,8 @@ def kill_points(total: int) -> list[KillPoint]:
 
 
 def kill_plan(rng: random.Random, total: int) -> list[KillPoint]:
-    """Three kills in run order: one inside the save of a step before the last (a missed one falls to a
-    later step's save) and two anywhere, each log-triggered one up to half a second after its line."""
+    """Up to three kills in run order: one inside the save of a step before the last (a missed one falls to
+    a later step's save) and two anywhere, each log-triggered one up to half a second after its line."""
     points = kill_points(total)
     saves = [i for i, p in enumerate(points) if p.save_of is not None and 1 <= p.save_of < total]
     chosen = sorted({rng.choice(saves), *rng.sample(range(len(points)), 2)})
