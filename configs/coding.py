@@ -32,7 +32,7 @@ def get_config(variant: str = "paper"):
         cfg.model.environment.path = "checkpoints/Qwen3-8B"
     if variant in ("cpu", "smoke"):
         common.use_float32_models(cfg)
-        cfg.tasks.update(source="easy")
+        cfg.tasks.update(source="easy", prompt_style="compact")   # short prompts: every token costs on a CPU
         cfg.curriculum.generator = "procedural"   # coding has no knobs: no rewrites without the env model
         cfg.loop.update(total_steps=4, save_every=1, eval_every=2)
         cfg.rollout.update(tasks_per_step=4, group_size=4, max_new_tokens=64, max_prompt_tokens=512)
@@ -44,7 +44,7 @@ def get_config(variant: str = "paper"):
         # Sized with bench/coding_warm_start.py: after the warm start (about 6 min on 2 busy CPU cores) the policy
         # passes all tests in 48% of its sampled programs (69% greedy; held out 53% / 70%) and 96% of the reward
         # model's tests parse (about 1% are correct: it has not learned to compute outputs).
-        cfg.warm_start.update(enabled=True, num_tasks=40, policy_epochs=10, reward_epochs=3, learning_rate=1e-3,
+        cfg.warm_start.update(enabled=True, num_tasks=100, policy_epochs=6, reward_epochs=8, learning_rate=1e-3,
                               batch_size=8)
         for role in ("policy", "reward"):
             cfg.train[role].update(learning_rate=1e-4, updates_per_step=1, micro_batch_size=8,

@@ -116,6 +116,7 @@ def train_phase(learner: Learner, state: TrainState, examples: Sequence[Example]
     for name, count in probe.counts.items():
         metrics[f"{prefix}_data/{name}"] += count
     kept = probe.examples
+    metrics[f"{prefix}/updates"] += 0   # reported (as 0) when a step has nothing to train on
     if not kept:
         return state, {}
     num_micro = _micro_batches_per_update(len(kept), cfg.updates_per_step, cfg.micro_batch_size)

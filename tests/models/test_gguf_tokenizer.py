@@ -181,17 +181,28 @@ print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] == "torch")))
     assert "PyTorch was not found" not in result.stderr
 
 
-def test_only_the_no_torch_advisory_is_dropped(caplog):
-    # The filter sits on transformers' root logger, where transformers logs the advisory.
+class _Records(logging.Handler):
+    def __init__(self):
+        super().__init__()
+        self.messages = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+
+def test_only_the_no_torch_advisory_is_dropped():
+    # The filter sits on transformers' root logger, where transformers logs the advisory. An own handler on that
+    # logger sees each record once, whether or not another test has turned transformers' propagation on.
     transformers_logger = logging.getLogger("transformers")
-    transformers_logger.addHandler(caplog.handler)
+    records = _Records()
+    transformers_logger.addHandler(records)
     try:
         transformers_logger.warning("PyTorch was not found. Models won't be available and only tokenizers, ...")
         transformers_logger.warning("a real warning")
         transformers_logger.error("a real error")
     finally:
-        transformers_logger.removeHandler(caplog.handler)
-    assert [record.getMessage() for record in caplog.records] == ["a real warning", "a real error"]
+        transformers_logger.removeHandler(records)
+    assert records.messages == ["a real warning", "a real error"]
 
 
 @pytest.mark.parametrize("model,pre", [("llama", "default"), ("gpt2", "qwen2")])

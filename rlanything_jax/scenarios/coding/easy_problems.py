@@ -26,8 +26,8 @@ from rlanything_jax.seeds import derive_rng
 
 NUM_TESTS = 5            # per problem: the template's two simple cases, then random cases
 TIME_LIMIT_S = 4.0
-_TWO_INTS = "Read two integers a and b separated by a space on one line."
-_INT_LIST = "Read integers separated by spaces on one line."
+_TWO_INTS = "Read two integers a and b on one line."
+_INT_LIST = "Read a line of integers."
 
 
 @dataclasses.dataclass(frozen=True)

@@ -72,11 +72,11 @@ def unit_test_messages(problem: str) -> list[Message]:
 # ---------------------------------------------------------------- compact style (small scratch models)
 
 # A model built from scratch by the run has no use for the reference's guidance and pays for every prompt
-# token on a CPU: the compact prompts are the problem under a one-line instruction (about a fifth of the
-# reference's unit-test prompt). The reward model still answers in the **Test Input:** / **Test Output:**
+# token on a CPU: the compact prompts are the problem under a one-line instruction (a tenth of the reference's
+# unit-test prompt). The reward model still answers in the **Test Input:** / **Test Output:**
 # format that `parsers.parse_unit_test` reads.
-COMPACT_POLICY_INSTRUCTION = "Write a Python program that reads with input() and writes with print()."
-COMPACT_UNIT_TEST_INSTRUCTION = "Write one test of this problem: its **Test Input:** and **Test Output:**."
+COMPACT_POLICY_INSTRUCTION = "Write a Python program."
+COMPACT_UNIT_TEST_INSTRUCTION = "Write a unit test."
 
 
 def compact_policy_messages(problem: str) -> list[Message]:

@@ -42,7 +42,7 @@ def test_problems_are_fixed_by_their_seed():
     assert easy_problems.easy_record(3) != easy_problems.easy_record(3 + NUM_TEMPLATES)   # same template
     record = easy_problems.easy_record(0)
     assert record["task_id"] == "easy/0-sum_two"
-    assert record["question"] == "Read two integers a and b separated by a space on one line. Print a + b."
+    assert record["question"] == "Read two integers a and b on one line. Print a + b."
     assert (record["test_input"][0], record["test_output"][0]) == ("1 2\n", "3\n")   # the simple case first
     for stdin, stdout in zip(record["test_input"], record["test_output"]):   # a + b, by hand
         a, b = map(int, stdin.split())

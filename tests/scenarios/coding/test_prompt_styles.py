@@ -18,7 +18,7 @@ from rlanything_jax.validation import ConfigError
 
 pytestmark = pytest.mark.filterwarnings("ignore:UNTRUSTED CODE SANDBOX IS WEAK:RuntimeWarning")
 
-SUM_TWO = "Read two integers a and b separated by a space on one line. Print a + b."
+SUM_TWO = "Read two integers a and b on one line. Print a + b."
 STYLES = ("reference", "compact")
 
 
@@ -40,10 +40,10 @@ def test_compact_prompts_render_the_problem_under_one_instruction():
     assert task.goal == SUM_TWO
     prompts = CompactCodingPrompts()
     assert _render(prompts.initial_messages(task, Observation(task.goal))) == (
-        "<|im_start|>user\nWrite a Python program that reads with input() and writes with print().\n"
+        "<|im_start|>user\nWrite a Python program.\n"
         f"{SUM_TWO}<|im_end|>\n<|im_start|>assistant\n")
     assert _render(prompts.unit_test_messages(task)) == (
-        "<|im_start|>user\nWrite one test of this problem: its **Test Input:** and **Test Output:**.\n"
+        "<|im_start|>user\nWrite a unit test.\n"
         f"{SUM_TWO}<|im_end|>\n<|im_start|>assistant\n")
 
 
@@ -59,7 +59,7 @@ def test_reference_prompts_are_unchanged_by_the_compact_style():
     assert "exactly ONE new test example" in unit_test[0]["content"]
     assert unit_test[1]["content"].endswith(f"Problem:\n{SUM_TWO}")
     compact = _render(CompactCodingPrompts().unit_test_messages(task))
-    assert len(compact) * 5 < len(_render(unit_test))   # the point of the compact style
+    assert len(compact) * 10 < len(_render(unit_test))   # the point of the compact style
 
 
 @pytest.mark.parametrize("style", STYLES)
