@@ -138,8 +138,9 @@ def rl_step(state: SystemState, services: Services, settings: LoopSettings) -> t
                                     metrics)
     check_environment(episodes, f"step {step}")
     failed = sum(e.env_error is not None for e in episodes)
+    env_failures = f", {failed} failed in the environment" if failed else ""
     phase.done("rollout", f"{len(episodes)} episodes of {len(active)} tasks + {len(pending)} candidates, "
-                          f"{sum(e.won for e in episodes)} won{f', {failed} failed in the environment' if failed else ''}")
+                          f"{sum(e.won for e in episodes)} won{env_failures}")
 
     judge_config = dataclasses.replace(settings.judge, seed=derive_seed(seed, "judge", step))
     judgments: list[StepJudgments | None] = [None] * len(episodes)
