@@ -64,9 +64,12 @@ class System:
     probe: Callable[[], dict[str, float]]
 
     def initial_state(self) -> SystemState:
-        return SystemState(step=0,
-                           policy=init_train_state(self.samplers["policy"].params, self.learners["policy"].tx),
-                           reward=init_train_state(self.samplers["reward"].params, self.learners["reward"].tx),
+        def fresh(role):
+            learner = self.learners[role]
+            return init_train_state(self.samplers[role].params, learner.tx,
+                                    frozen_reference=learner.train_config.kl_reference == "initial")
+
+        return SystemState(step=0, policy=fresh("policy"), reward=fresh("reward"),
                            pool=TaskPool.from_tasks(self.tasks.train))
 
 

@@ -35,6 +35,7 @@ def test_reference_constants():
     alf = load_config(str(ROOT / "configs/alfworld.py"))
     assert (alf.rollout.group_size, alf.reward.num_judgments, alf.reward.step_weight) == (8, 3, 1.0)
     assert (alf.train.policy.clip_eps, alf.train.policy.kl_beta, alf.train.policy.learning_rate) == (0.2, 0.01, 1e-6)
+    assert alf.train.policy.kl_reference == "rollout"   # no reference model: the KL's base is the rollout's
     assert (alf.curriculum.harder_at, alf.curriculum.easier_at) == (0.8, 0.2)
     assert (alf.train.policy_acc_low, alf.train.policy_acc_high) == (1 / 8, 7 / 8)
     assert (alf.reward.band_low, alf.reward.band_high, alf.reward.invalid_judgment_reward) == (0.2, 0.8, -2.0)
@@ -58,6 +59,7 @@ def test_overrides_reach_nested_keys_with_their_types():
     ("reward.band_low=0.9", "config.reward.band_low"),
     ("train.policy.clip_eps=1.5", "config.train.policy.clip_eps"),
     ("train.policy.overlong_prompt=keep", "config.train.policy.overlong_prompt"),
+    ("train.reward.kl_reference=sft", "config.train.reward.kl_reference"),
     ("model.policy.dtype=float16", "config.model.policy.dtype"),
     ("mesh.shape.fsdp=0", "config.mesh.shape.fsdp"),
     ("rollout.top_p=0.0", "config.rollout.top_p"),

@@ -58,7 +58,8 @@ class Learner:
         self.tx = make_optimizer(self.train_config)
 
     def _step_fn(self, state: TrainState, batch, num_micro: int):
-        key = (num_micro,) + tuple(batch.input_ids.shape) + (batch.targets.shape[1], batch.ref_logp is None)
+        key = (num_micro,) + tuple(batch.input_ids.shape) + (batch.targets.shape[1], batch.ref_logp is None,
+                                                              state.reference is None)
         if key not in self.compiled:
             cfg = self.train_config
             # The batch's loss weights carry cfg.aggregation (see the module docstring).

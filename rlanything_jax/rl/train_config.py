@@ -10,6 +10,7 @@ from rlanything_jax import validation as v
 from rlanything_jax.rl.losses import AGGREGATIONS
 
 SCHEDULES = ("constant", "warmup_cosine")
+KL_REFERENCES = ("rollout", "initial")
 OVERLONG_PROMPT_POLICIES = ("truncate_left", "drop")
 
 
@@ -34,6 +35,7 @@ _CHECKS = (
     ("max_grad_norm", v.non_negative),
     ("clip_eps", _open_unit_interval),
     ("kl_beta", v.non_negative),
+    ("kl_reference", _choice(KL_REFERENCES)),
     ("updates_per_step", v.positive_int),
     ("ppo_epochs", v.positive_int),
     ("micro_batch_size", v.positive_int),
@@ -63,6 +65,9 @@ class TrainConfig:
     max_grad_norm: float = 1.0            # 0: no clipping
     clip_eps: float = 0.2
     kl_beta: float = 0.01
+    # The KL's base: "rollout" (the sampler's log-probs, i.e. the pre-update snapshot: the reference's; there
+    # is no reference model) or "initial" (the frozen model the RL started from, a forward pass per update).
+    kl_reference: str = "rollout"
     updates_per_step: int = 4             # optimizer updates per pass over a step's data
     ppo_epochs: int = 1                   # passes over a step's data, all against the sampler's log-probs
     micro_batch_size: int = 1

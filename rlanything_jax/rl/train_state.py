@@ -20,6 +20,10 @@ class TrainState:
     step: jax.Array          # int32 []: optimizer updates taken
     params: nnx.State        # trained parameters (nnx.Param leaves of the model)
     opt_state: Any           # optax state, persisting across RL steps
+    # Frozen parameters the KL term is taken against (`kl_reference="initial"`): the model the RL started
+    # from. None: the KL is against the rollout's log-probabilities (the pre-update snapshot), as the
+    # reference implementation does.
+    reference: nnx.State | None = None
 
 
 def learning_rate_schedule(config: TrainConfig | Mapping[str, Any]) -> optax.Schedule:
@@ -43,8 +47,12 @@ def make_optimizer(config: TrainConfig | Mapping[str, Any]) -> optax.GradientTra
     return adamw
 
 
-def init_train_state(params: nnx.State, tx: optax.GradientTransformation) -> TrainState:
-    return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))
+def init_train_state(params: nnx.State, tx: optax.GradientTransformation,
+                     frozen_reference: bool = False) -> TrainState:
+    """A fresh state at `params`; with `frozen_reference`, a copy of them is kept as the KL's reference
+    (a copy: the train step donates the state, and one buffer cannot be donated twice)."""
+    reference = jax.tree.map(jnp.copy, params) if frozen_reference else None
+    return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params), reference=reference)
 
 
 def reset_optimizer(state: TrainState, tx: optax.GradientTransformation) -> TrainState:
@@ -60,4 +68,5 @@ def train_state_shardings(state_shapes: TrainState, tx: optax.GradientTransforma
     replicated = NamedSharding(mesh, PartitionSpec())
     opt_shardings = optax.tree_map_params(tx, lambda _, sharding: sharding, state_shapes.opt_state,
                                           param_shardings, transform_non_params=lambda _: replicated)
-    return TrainState(step=replicated, params=param_shardings, opt_state=opt_shardings)
+    return TrainState(step=replicated, params=param_shardings, opt_state=opt_shardings,
+                      reference=None if state_shapes.reference is None else param_shardings)

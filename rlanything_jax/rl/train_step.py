@@ -10,8 +10,8 @@ response) and, for the last W <= L positions (the loss window; W = L covers ever
 position), `targets` [N, W] (the next token at each position), `loss_mask` [N, W] (1
 where the target is a response token, or a positive per-token weight: see
 `rl/data.collate`), `old_logp` [N, W] (the sampler's log-probabilities of the targets),
-`advantages` [N] or [N, W], optional `ref_logp` [N, W]. Logits are computed for the
-window only.
+`advantages` [N] or [N, W], optional `ref_logp` [N, W] (the KL's base; a state with frozen
+`reference` parameters computes it instead). Logits are computed for the window only.
 
 Micro-batches accumulate as MaxText does: each gives its loss as a weighted sum and its
 weight (`rl/losses.PPOSums`), the gradients of the sums add up, and the update divides once
@@ -81,14 +81,21 @@ def token_logprobs(graphdef: nnx.GraphDef, params: nnx.State, input_ids: jax.Arr
     return model.target_logprobs(hidden, targets)
 
 
-def _micro_objective(params: nnx.State, micro: TrainBatch, spec: TrainSpec) -> tuple[jax.Array, PPOSums]:
-    """The micro-batch's summed loss (to differentiate) and its sums."""
+def _micro_objective(params: nnx.State, micro: TrainBatch, spec: TrainSpec,
+                     reference: nnx.State | None = None) -> tuple[jax.Array, PPOSums]:
+    """The micro-batch's summed loss (to differentiate) and its sums. With frozen `reference` parameters,
+    the KL is taken against their log-probabilities (a forward pass, no gradient), not the batch's."""
     prefixes = None if micro.prefix_ids is None else (micro.prefix_ids, micro.prefix_mask, micro.prefix_index)
     logp = token_logprobs(spec.graphdef, params, micro.input_ids, micro.attention_mask, micro.targets, prefixes)
     # NaN marks tokens the sampler never scored (an appended EOS): treat them as on-policy.
     on_policy = jax.lax.stop_gradient(logp)
     old_logp = jnp.where(jnp.isnan(micro.old_logp), on_policy, micro.old_logp)
-    ref_logp = None if micro.ref_logp is None else jnp.where(jnp.isnan(micro.ref_logp), on_policy, micro.ref_logp)
+    if reference is not None:
+        ref_logp = jax.lax.stop_gradient(token_logprobs(spec.graphdef, reference, micro.input_ids,
+                                                        micro.attention_mask, micro.targets, prefixes))
+    else:
+        ref_logp = None if micro.ref_logp is None else jnp.where(jnp.isnan(micro.ref_logp), on_policy,
+                                                                 micro.ref_logp)
     sums = ppo_clip_k3_sums(logp, old_logp, micro.advantages, micro.loss_mask, eps=spec.clip_eps,
                             ref_logp=ref_logp, aggregation=spec.aggregation)
     return sums.objective(spec.kl_beta), sums
@@ -107,7 +114,7 @@ def train_step(state: TrainState, batch: TrainBatch, spec: TrainSpec) -> tuple[T
     k = spec.num_micro_batches
     grad_fn = jax.value_and_grad(_micro_objective, has_aux=True)
     if k == 1:  # no scan: XLA then sees one straight-line program (no loop-carried gradient buffers)
-        (_, sums), grads = grad_fn(state.params, batch, spec)
+        (_, sums), grads = grad_fn(state.params, batch, spec, state.reference)
         return _apply(state, grads, sums, spec)
     micro_batches = jax.tree.map(lambda x: x.reshape((k, x.shape[0] // k) + x.shape[1:]), batch)
     if batch.prefix_index is not None:  # indices into each micro-batch's own chunk of prefixes
@@ -117,12 +124,12 @@ def train_step(state: TrainState, batch: TrainBatch, spec: TrainSpec) -> tuple[T
 
     def accumulate(carry, micro):
         grads_sum, sums_total = carry
-        (_, sums), grads = grad_fn(state.params, micro, spec)
+        (_, sums), grads = grad_fn(state.params, micro, spec, state.reference)
         return (jax.tree.map(jnp.add, grads_sum, grads), jax.tree.map(jnp.add, sums_total, sums)), None
 
     zero_grads = jax.tree.map(jnp.zeros_like, state.params)
     sums_shapes = jax.eval_shape(lambda: _micro_objective(state.params, jax.tree.map(lambda x: x[0], micro_batches),
-                                                          spec)[1])
+                                                          spec, state.reference)[1])
     zero_sums = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), sums_shapes)
     (grads, sums), _ = jax.lax.scan(accumulate, (zero_grads, zero_sums), micro_batches)
     return _apply(state, grads, sums, spec)
