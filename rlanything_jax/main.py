@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -30,6 +31,31 @@ USAGE = """usage: python -m rlanything_jax.main [--config=FILE.py[:VARIANT]] [--
 
 def _log(message: str) -> None:
     print(f"[rlanything_jax {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+class _StickyInterrupt:
+    """Ctrl-C raises KeyboardInterrupt as usual, and is remembered: Python swallows an exception raised while
+    the main thread runs a finalizer or a weakref callback (JAX frees buffers that way), and a busy run then went
+    on to its end. The run's log calls, which come at every epoch and phase, raise it again."""
+
+    def __init__(self):
+        self.pending = False
+
+    def __enter__(self):
+        self.previous = signal.signal(signal.SIGINT, self._on_signal)
+        return self
+
+    def __exit__(self, *exc):
+        signal.signal(signal.SIGINT, self.previous)
+
+    def _on_signal(self, signum, frame):
+        self.pending = True
+        raise KeyboardInterrupt
+
+    def log(self, message: str) -> None:
+        if self.pending:
+            raise KeyboardInterrupt
+        _log(message)
 
 
 def parse_args(argv: Sequence[str]) -> tuple[str, list[str], bool]:
@@ -86,7 +112,8 @@ def main(argv: Sequence[str]) -> int:
     from rlanything_jax.run import RunError, finished_step, run_rl
 
     try:
-        summary = run_rl(cfg, log=_log)
+        with _StickyInterrupt() as interrupt:
+            summary = run_rl(cfg, log=interrupt.log)
     except (ConfigError, RunError, FileNotFoundError, ValueError, EnvironmentFailure) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2 if isinstance(error, (ConfigError, RunError, FileNotFoundError)) else 1
