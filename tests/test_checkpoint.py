@@ -100,6 +100,7 @@ def _assert_same_state(straight_npz: Path, resumed_npz: Path) -> None:
         assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes(), name
 
 
+@pytest.mark.slow   # 20-90 s on a 2-core CPU (fast-tier budget)
 def test_resume_in_a_new_process_equals_an_uninterrupted_run(tmp_path):
     _worker(tmp_path / "straight", 5, tmp_path / "straight.npz")
     _worker(tmp_path / "resumed", 5, tmp_path / "first.npz", stop_after=3)

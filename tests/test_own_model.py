@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import pytest
 from flax import nnx
 
 from rlanything_jax import sharding
@@ -104,6 +105,7 @@ def test_a_model_of_your_own_trains_through_the_public_train_step():
     assert losses[0] > 2.5 and losses[-1] < 0.5 * losses[0], losses[::8]
 
 
+@pytest.mark.slow   # 20-90 s on a 2-core CPU (fast-tier budget)
 def test_a_model_of_your_own_samples_through_the_public_sampler():
     model = ToyLM(nnx.Rngs(1))
     sampler = Sampler(model, tokenizer=None, mesh=_mesh())

@@ -53,6 +53,7 @@ def _check_well_formed(episode, config):
         assert step.next_observation is not None
 
 
+@pytest.mark.slow   # 20-90 s on a 2-core CPU (fast-tier budget)
 def test_random_policy_rollout_and_judgments_are_well_formed(sampler, tasks, runner):
     config = RolloutConfig(group_size=2, max_turns=3, max_new_tokens=8, max_context_tokens=8192)
     metrics = Counter()
@@ -76,6 +77,7 @@ def test_random_policy_rollout_and_judgments_are_well_formed(sampler, tasks, run
     assert judged == 2 * steps
 
 
+@pytest.mark.slow   # 20-90 s on a 2-core CPU (fast-tier budget)
 def test_forced_expert_actions_win_every_game(sampler, tasks, runner):
     plans = {t.task_id: alfworld.expert_actions(t) for t in tasks}
     longest = max(len(p) for p in plans.values())
@@ -89,6 +91,7 @@ def test_forced_expert_actions_win_every_game(sampler, tasks, runner):
     assert [len(e.steps) for e in episodes] == [len(plans[e.task.task_id]) for e in episodes]
 
 
+@pytest.mark.slow   # 20-90 s on a 2-core CPU (fast-tier budget)
 def test_an_environment_killed_mid_episode_ends_only_its_episode(sampler, tasks, runner):
     doomed = Task("toy/doomed", "toy", "reach a multiple of 3")
     config = RolloutConfig(group_size=1, max_turns=3, max_new_tokens=4, max_context_tokens=8192)

@@ -66,6 +66,7 @@ def test_loss_window_keeps_the_columns_from_the_earliest_response_on():
     np.testing.assert_array_equal(batch.targets[1, 3:7], [22, 23, 24, EOS])
 
 
+@pytest.mark.slow   # 20-90 s on a 2-core CPU (fast-tier budget)
 def test_batches_line_up_with_the_sampler_logprobs():
     """The train step's log-probabilities at the loss positions equal what the sampler returned."""
     cfg = DecoderConfig(model_type="qwen2", vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=2,

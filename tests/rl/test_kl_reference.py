@@ -41,6 +41,7 @@ def _assert_bitwise(actual, expected):
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.slow   # 20-90 s on a 2-core CPU (fast-tier budget)
 @pytest.mark.parametrize("aggregation", ["token_mean", "sequence_mean"])
 def test_the_train_step_takes_the_kl_base_from_the_frozen_reference(aggregation):
     graphdef, reference = _model()

@@ -90,6 +90,7 @@ def test_a_loss_window_gives_the_update_of_the_whole_row():
         np.testing.assert_allclose(a, b, atol=1e-6)
 
 
+@pytest.mark.slow   # 20-90 s on a 2-core CPU (fast-tier budget)
 def test_shared_prefixes_give_the_update_of_the_whole_rows():
     """Two groups of 4 rows sharing their first 5 columns (one group left-padded), loss from column 5 on:
     the prefix form runs each group's prefix once and must give the same step, also in 2 micro-batches."""

@@ -131,6 +131,7 @@ def mean_gap_to_sampling_distribution(checked, temperature, top_k, top_p) -> flo
     return float(np.mean(gaps))
 
 
+@pytest.mark.slow   # 20-90 s on a 2-core CPU (fast-tier budget)
 def test_tempered_nucleus_rollouts_record_the_models_logprobs_across_extended_turns(f32, runner):
     sampler, model = f32
     config = RolloutConfig(group_size=2, max_turns=3, max_new_tokens=8, max_context_tokens=MAX_CACHE,
@@ -170,6 +171,7 @@ def test_top_k_rollouts_record_the_untruncated_logprobs(f32, runner):
     assert mean_gap_to_sampling_distribution(checked, 1.0, top_k, 1.0) > 0.1
 
 
+@pytest.mark.slow   # 20-90 s on a 2-core CPU (fast-tier budget)
 def test_logprobs_after_a_compaction_and_up_to_a_full_context(f32, runner, monkeypatch):
     """A tight context: the shared cache fills (turn 4 is re-prefilled into a fresh conversation, turn 5
     extends that one) and then the histories outgrow max_context_tokens (`context_full`)."""
