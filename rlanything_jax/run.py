@@ -34,7 +34,6 @@ from rlanything_jax.loop import LoopSettings, Services, SystemState, evaluate, r
 from rlanything_jax.metrics import MetricsWriter, format_step_line, plot_curves, read_metrics
 from rlanything_jax.probe import build_judge_probe, probe_accuracy
 from rlanything_jax.rl.phase import Learner
-from rlanything_jax.rl.train_state import init_train_state
 from rlanything_jax.sampling.sampler import Sampler
 
 CURVES = ("rollout/success_rate", "eval/success_rate", "reward_model/step_accuracy",
@@ -65,9 +64,7 @@ class System:
 
     def initial_state(self) -> SystemState:
         def fresh(role):
-            learner = self.learners[role]
-            return init_train_state(self.samplers[role].params, learner.tx,
-                                    frozen_reference=learner.train_config.kl_reference == "initial")
+            return self.learners[role].fresh_state(self.samplers[role].params)
 
         return SystemState(step=0, policy=fresh("policy"), reward=fresh("reward"),
                            pool=TaskPool.from_tasks(self.tasks.train))

@@ -59,6 +59,4 @@ def train_supervised(learner: Learner, state: TrainState, examples: Sequence[Exa
     sft_learner = supervised(learner, cfg.learning_rate, cfg.batch_size, len(examples))
     trained, _ = sft.supervised_epochs(sft_learner, init_train_state(state.params, sft_learner.tx), examples,
                                        epochs, derive_seed(seed, "sft", prefix), prefix, log)
-    # With a frozen KL reference, the warm-started model is the one the RL starts from.
-    frozen = learner.train_config.kl_reference == "initial"
-    return init_train_state(trained.params, learner.tx, frozen_reference=frozen)
+    return learner.fresh_state(trained.params)   # with a frozen KL reference, the warm-started model is it

@@ -29,7 +29,7 @@ from jax.sharding import Mesh
 from rlanything_jax import sharding as sharding_lib
 from rlanything_jax.rl.data import BatchIterator, DataConfig, Example
 from rlanything_jax.rl.train_config import TrainConfig
-from rlanything_jax.rl.train_state import TrainState, make_optimizer, reset_optimizer
+from rlanything_jax.rl.train_state import TrainState, init_train_state, make_optimizer, reset_optimizer
 from rlanything_jax.rl.train_step import TrainSpec, jit_train_step
 from rlanything_jax.seeds import derive_seed
 
@@ -56,6 +56,11 @@ class Learner:
     def __post_init__(self):
         self.train_config = TrainConfig.of(self.train_config)
         self.tx = make_optimizer(self.train_config)
+
+    def fresh_state(self, params) -> TrainState:
+        """A new train state at `params` for this learner: its optimizer, and a frozen copy of `params` as
+        the KL's reference when `kl_reference="initial"`."""
+        return init_train_state(params, self.tx, frozen_reference=self.train_config.kl_reference == "initial")
 
     def _step_fn(self, state: TrainState, batch, num_micro: int):
         key = (num_micro,) + tuple(batch.input_ids.shape) + (batch.targets.shape[1], batch.ref_logp is None,
