@@ -129,7 +129,7 @@ def wmctrl_window(action, data):
     name = data.get("window_name")
     if not name:
         return 400, "window_name required"
-    flags = "-" + action + ("x" if data.get("by_class") else "") + ("F" if data.get("strict") else "")
+    flags = "-" + ("x" if data.get("by_class") else "") + ("F" if data.get("strict") else "") + action
     done = subprocess.run(["wmctrl", flags, name], capture_output=True, text=True, timeout=10)
     if done.returncode != 0:
         return 500, f"wmctrl {flags} {name!r} failed: {done.stderr.strip() or 'no such window'}"
@@ -169,7 +169,7 @@ def _on_path(name):
 
 def terminal_output(display):
     """The text of the active terminal (the reference reads gnome-terminal over AT-SPI; the session's
-    terminals log their output through `script`, named by the terminal's pid)."""
+    xterms log their output to a file named by their pid)."""
     env = {**os.environ, "DISPLAY": display}
     done = subprocess.run(["xdotool", "getactivewindow", "getwindowpid"], capture_output=True, text=True,
                           timeout=10, env=env)
