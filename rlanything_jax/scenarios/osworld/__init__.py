@@ -5,6 +5,8 @@
 - `desktop_server`: the project's own server for the protocol subset, run inside a local session.
 - `local_desktop`: one isolated local desktop session per environment slot (bubblewrap
   namespaces, Xvfb, openbox, a terminal on Ctrl+Alt+T, the server on a Unix socket).
+- `tasks`: OSWorld task JSON with RLAnything's variant fields; `setup_steps`: config/postconfig
+  steps (downloads from an offline cache only); `evaluator` + `metrics`: the reference's scoring.
 
 The scenario itself (prompts, loop wiring) is not registered yet: `configs/osworld.py` still says so.
 """
