@@ -66,8 +66,9 @@ def _position_args(x, y):
         return []
     if isinstance(x, (tuple, list)):
         x, y = x[0], x[1]
-    current_x, current_y = position()
-    return ["mousemove", "--sync", int(round(x if x is not None else current_x)),
+    current_x, current_y = position() if x is None or y is None else (x, y)
+    # no --sync: xdotool then waits (about 15 s) when the pointer is already there
+    return ["mousemove", int(round(x if x is not None else current_x)),
             int(round(y if y is not None else current_y))]
 
 
@@ -99,7 +100,7 @@ def moveTo(x=None, y=None, duration=0.0, *args, **kwargs):  # noqa: N802
 def moveRel(xOffset=0, yOffset=0, duration=0.0, *args, **kwargs):  # noqa: N802, N803
     if isinstance(xOffset, (tuple, list)):
         xOffset, yOffset = xOffset
-    _xdotool("mousemove_relative", "--sync", "--", int(xOffset or 0), int(yOffset or 0))
+    _xdotool("mousemove_relative", "--", int(xOffset or 0), int(yOffset or 0))
 
 
 move = moveRel

@@ -73,6 +73,17 @@ def test_ctrl_alt_t_opens_a_terminal_where_typing_writes_a_file(desktop):
     assert not client.activate_window("Terminal", strict=True)
 
 
+def test_pyautogui_moves_clicks_and_reports_the_pointer(desktop):
+    started = time.monotonic()
+    code = ("pyautogui.moveTo(100, 200); print(pyautogui.position()); pyautogui.click(100, 200); "
+            "pyautogui.doubleClick(960, 540); pyautogui.click(960, 540, button='right'); pyautogui.press('esc'); "
+            "pyautogui.scroll(-3); pyautogui.moveRel(10, 5); print(pyautogui.position()); "
+            "print(pyautogui.onScreen(1919, 1079), pyautogui.onScreen(1920, 0))")
+    result = desktop.client.execute_pyautogui(code)
+    assert result["output"].splitlines() == ["(100, 200)", "(970, 545)", "True False"], result
+    assert time.monotonic() - started < 5   # a click where the pointer already is must not wait
+
+
 def test_setup_routes_upload_launch_and_open(desktop):
     client = desktop.client
     assert client.upload_file("/home/user/Desktop/notes.txt", b"first line\n")
