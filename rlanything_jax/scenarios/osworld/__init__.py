@@ -7,6 +7,7 @@
   namespaces, Xvfb, openbox, a terminal on Ctrl+Alt+T, the server on a Unix socket).
 - `tasks`: OSWorld task JSON with RLAnything's variant fields; `setup_steps`: config/postconfig
   steps (downloads from an offline cache only); `evaluator` + `metrics`: the reference's scoring.
+- `actions`: Qwen3-VL `computer_use` tool calls -> pyautogui code or WAIT/DONE/FAIL.
 
 The scenario itself (prompts, loop wiring) is not registered yet: `configs/osworld.py` still says so.
 """

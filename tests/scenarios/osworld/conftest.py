@@ -34,3 +34,14 @@ def desktop(desktop_root):
     require_desktop_packages()
     with LocalDesktop(DesktopOptions(runtime_root=desktop_root)) as session:
         yield session
+
+
+def open_terminal(client, timeout_s: float = 15.0) -> None:
+    """Ctrl+Alt+T, then wait until the terminal is the active window (slow on a loaded machine)."""
+    import time
+
+    assert client.execute_pyautogui("pyautogui.hotkey('ctrl', 'alt', 't')")["returncode"] == 0
+    deadline = time.monotonic() + timeout_s
+    while client.execute(["xdotool", "getactivewindow", "getwindowname"])["output"].strip() != "Terminal":
+        assert time.monotonic() < deadline, "no active Terminal window after Ctrl+Alt+T"
+        time.sleep(0.1)

@@ -15,7 +15,7 @@ import pytest
 
 from rlanything_jax.scenarios.osworld.client import VmUnavailable
 from rlanything_jax.scenarios.osworld.local_desktop import DesktopOptions, LocalDesktop, clean_stale_slots
-from tests.scenarios.osworld.conftest import require_desktop_packages
+from tests.scenarios.osworld.conftest import open_terminal, require_desktop_packages
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -54,8 +54,8 @@ def test_session_looks_like_an_osworld_vm(desktop):
 
 def test_ctrl_alt_t_opens_a_terminal_where_typing_writes_a_file(desktop):
     client = desktop.client
+    open_terminal(client)
     result = client.execute_pyautogui(
-        "pyautogui.hotkey('ctrl', 'alt', 't'); time.sleep(1.0); "
         "pyautogui.typewrite('echo typed by pyautogui > ~/Documents/typed.txt\\n'); time.sleep(0.5)")
     assert result["returncode"] == 0, result
     assert client.get_file("/home/user/Documents/typed.txt") == b"typed by pyautogui\n"

@@ -11,6 +11,7 @@ from rlanything_jax.scenarios.osworld.setup_steps import (
     run_setup,
 )
 from rlanything_jax.scenarios.osworld.tasks import task_from_json
+from tests.scenarios.osworld.conftest import open_terminal
 
 
 @pytest.fixture
@@ -79,8 +80,8 @@ def test_a_task_scores_zero_untouched_and_one_after_the_agent_works_in_a_termina
     task = task_from_json(RENAME_TASK)
     run_setup(task.config, context)
     assert evaluate(task.evaluator, context, last_action=None).score == 0.0
-    action = ("pyautogui.hotkey('ctrl', 'alt', 't'); time.sleep(1.0); "
-              "pyautogui.typewrite('mv ~/Desktop/drafts_old ~/Desktop/drafts_new\\n'); time.sleep(0.5)")
+    open_terminal(context.client)
+    action = "pyautogui.typewrite('mv ~/Desktop/drafts_old ~/Desktop/drafts_new\\n'); time.sleep(0.5)"
     assert context.client.execute_pyautogui(action)["returncode"] == 0
     outcome = evaluate(task.evaluator, context, last_action="DONE")
     assert outcome.score == 1.0 and outcome.success and outcome.detail == "exact_match=1"
