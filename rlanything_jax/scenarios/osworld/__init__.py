@@ -7,6 +7,8 @@
   namespaces, Xvfb, openbox, a terminal on Ctrl+Alt+T, the server on a Unix socket).
 - `tasks`: OSWorld task JSON with RLAnything's variant fields; `setup_steps`: config/postconfig
   steps (downloads from an offline cache only); `evaluator` + `metrics`: the reference's scoring.
+- `env`: the desktop env (kind "osworld") for the env runner: reset = fresh session + setup, steps run
+  actions, the evaluator scores the end.
 - `actions`: Qwen3-VL `computer_use` tool calls -> pyautogui code or WAIT/DONE/FAIL.
 
 The scenario itself (prompts, loop wiring) is not registered yet: `configs/osworld.py` still says so.
