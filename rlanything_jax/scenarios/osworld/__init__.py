@@ -10,6 +10,9 @@
 - `env`: the desktop env (kind "osworld") for the env runner: reset = fresh session + setup, steps run
   actions, the evaluator scores the end.
 - `actions`: Qwen3-VL `computer_use` tool calls -> pyautogui code or WAIT/DONE/FAIL.
+- `task_families`, `bundled_tasks`: the project's own task set (54 tasks in data/tasks/{train,heldout}),
+  each with a scripted expert and a difficulty knob; `episodes`: playing a list of tool calls;
+  `play`: `python -m rlanything_jax.play --env osworld ...` writes screenshots, a GIF and an HTML trace.
 
 The scenario itself (prompts, loop wiring) is not registered yet: `configs/osworld.py` still says so.
 """

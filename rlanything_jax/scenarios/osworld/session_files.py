@@ -37,8 +37,11 @@ eval "$(dbus-launch --sh-syntax)"
 export DBUS_SESSION_BUS_ADDRESS
 openbox --config-file {inside}/openbox-rc.xml >/tmp/openbox.log 2>&1 &
 i=0
-until wmctrl -m >/dev/null 2>&1; do   # openbox has grabbed its keys once it names itself
+# Ready once its key bindings work (it names itself as the WM before it grabs keys): press the
+# probe binding until the file it touches appears.
+until [ -e /tmp/.rla-openbox-ready ]; do
   i=$((i + 1)); [ $i -lt 400 ] || {{ echo "openbox did not start:" >&2; cat /tmp/openbox.log >&2; exit 1; }}
+  xdotool key ctrl+alt+shift+F12 2>/dev/null || true
   sleep 0.025
 done
 exec python3 {inside}/desktop_server.py --unix-socket {run_dir}/{socket} --display {display}
@@ -51,6 +54,7 @@ _OPENBOX_RC = """<?xml version="1.0" encoding="UTF-8"?>
   <desktops><number>1</number></desktops>
   <keyboard>
     <keybind key="C-A-t"><action name="Execute"><command>rla-terminal</command></action></keybind>
+    <keybind key="C-A-S-F12"><action name="Execute"><command>touch /tmp/.rla-openbox-ready</command></action></keybind>
   </keyboard>
   <applications><application class="*"><decor>yes</decor></application></applications>
 </openbox_config>
