@@ -37,7 +37,8 @@ from rlanything_jax.scenarios.osworld.endpoint import VmEndpoint
 DEFAULT_RUNTIME_ROOT = "/tmp/rla-desktops"
 OUTSIDE_UID_BASE = 59000   # per-slot unprivileged host uids when we are root (the sandbox uses 60000+)
 MAX_SLOTS = 1000
-REQUIRED_PROGRAMS = ("bwrap", "Xvfb", "openbox", "xdotool", "wmctrl", "dbus-launch", "xterm", "script", "python3")
+REQUIRED_PROGRAMS = ("bwrap", "prlimit", "setpriv", "Xvfb", "openbox", "xdotool", "wmctrl", "dbus-launch", "xterm",
+                     "python3")
 _SYSTEM_TREES = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 # what of the host's /etc the desktop programs read; everything else of /etc is not there
 _ETC_ENTRIES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "timezone", "fonts", "X11", "xdg",
@@ -58,6 +59,10 @@ class DesktopOptions:
     runtime_root: str = DEFAULT_RUNTIME_ROOT   # host directory of the slots' sockets, files and logs
     start_timeout_s: float = 30.0
     sudo_password: str = "password"            # OSWorld's {CLIENT_PASSWORD}
+    # the session's private file systems live in memory: caps, so an agent cannot exhaust the host's
+    home_mb: int = 1024
+    tmp_mb: int = 512
+    max_processes: int = 1024                  # RLIMIT_NPROC of the session's (unprivileged) host uid
 
 
 def missing_programs() -> list[str]:
@@ -192,9 +197,14 @@ class LocalDesktop:
         self._wait_ready(started + opts.start_timeout_s)
         self.start_seconds = time.monotonic() - started
 
+    @staticmethod
+    def _tmpfs(path: str, size_mb: int) -> list[str]:
+        return ["--size", str(size_mb << 20), "--tmpfs", path]
+
     def _command(self, files: Path, run_dir: Path) -> list[str]:
-        args = []
-        if os.geteuid() == 0:   # run the sandbox as an unprivileged host uid
+        nproc = str(self.options.max_processes)
+        args = [shutil.which("prlimit"), f"--nproc={nproc}:{nproc}", "--core=0:0", "--"]
+        if os.geteuid() == 0:   # run the sandbox as an unprivileged host uid (so the process limit binds)
             uid = str(self.outside_uid)
             args += [shutil.which("setpriv"), f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"]
         args += [shutil.which("bwrap"), "--unshare-user", "--uid", str(session_files.SESSION_UID),
@@ -206,8 +216,10 @@ class LocalDesktop:
                 args += ["--symlink", os.readlink(path), path]
             elif os.path.isdir(path):
                 args += ["--ro-bind", path, path]
-        args += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--tmpfs", "/var", "--tmpfs", "/run",
-                 "--dir", "/var/tmp", "--tmpfs", "/home", "--tmpfs", "/etc"]
+        opts = self.options
+        args += ["--dev", "/dev", "--proc", "/proc", *self._tmpfs("/tmp", opts.tmp_mb), *self._tmpfs("/var", 64),
+                 *self._tmpfs("/run", 16), "--dir", "/var/tmp", *self._tmpfs("/home", opts.home_mb),
+                 *self._tmpfs("/etc", 16)]
         for entry in _ETC_ENTRIES:
             args += ["--ro-bind-try", f"/etc/{entry}", f"/etc/{entry}"]
         for name in ("passwd", "group", "hosts", "hostname", "machine-id"):

@@ -192,3 +192,14 @@ def test_four_sessions_run_side_by_side(desktop_root):
     finally:
         for desktop in desktops:
             desktop.close()
+
+
+def test_the_sessions_memory_file_systems_are_capped(desktop_root):
+    require_desktop_packages()
+    with LocalDesktop(DesktopOptions(runtime_root=desktop_root, home_mb=8, tmp_mb=8)) as small:
+        for where in ("~", "/tmp"):
+            result = small.client.execute(f"head -c 20000000 /dev/zero > {where}/big", shell=True)
+            assert result["returncode"] != 0 and "No space left" in result["error"], result
+        probe = "import resource; print(resource.getrlimit(resource.RLIMIT_NPROC))"
+        limit = small.client.execute(["python3", "-c", probe])
+        assert limit["output"] == "(1024, 1024)\n"
