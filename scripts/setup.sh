@@ -26,6 +26,10 @@ DEBIAN_PACKAGES=(
   python3           #   the session's server and `python -c` actions run Debian's interpreter
   python3-pil       #   screenshots (Pillow's X grab)
   fonts-dejavu-core #   the terminal's font
+  libglib2.0-bin    #   gsettings: desktop settings tasks (GNOME schemas in dconf, without GNOME itself)
+  gsettings-desktop-schemas #  the org.gnome.desktop.* schemas those tasks read and write
+  dconf-gsettings-backend   #  settings persist in ~/.config/dconf, as on OSWorld's Ubuntu VM
+  bc                #   arithmetic in OSWorld's os-domain evaluator commands
 )
 # ----
 

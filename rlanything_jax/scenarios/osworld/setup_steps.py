@@ -41,7 +41,8 @@ class UnsupportedSetupStep(SetupError):
 class SetupContext:
     client: OsWorldClient
     task_id: str
-    cache_root: str                  # host directory: <cache_root>/<task_id>/ holds downloads and step outputs
+    cache_root: str                  # host directory: <cache_root>/<task_id>/ holds downloads and step outputs;
+    #                                  upload_file's local files must be under it
     screen_width: int = 1920
     screen_height: int = 1080
     client_password: str = "password"
@@ -85,12 +86,23 @@ def _download(context: SetupContext, files: list[dict[str, str]]) -> None:
             raise SetupError(f"download: uploading {cached} to {path} failed")
 
 
+def _within_cache(context: SetupContext, name: str, step: str) -> Path:
+    """`name` under the cache root (relative names resolve there): a task, possibly written by a model,
+    must not make the host read or write anywhere else."""
+    root = Path(context.cache_root).resolve()
+    path = (root / name).resolve()
+    if not path.is_relative_to(root):
+        raise SetupError(f"{step}: {name!r} is outside the task cache {root}")
+    return path
+
+
 def _upload_file(context: SetupContext, files: list[dict[str, str]]) -> None:
     for entry in files:
         local_path, path = entry.get("local_path", ""), entry.get("path", "")
-        if not os.path.isfile(local_path):
-            raise SetupError(f"upload_file: no local file {local_path!r}")
-        if not context.client.upload_file(path, Path(local_path).read_bytes()):
+        local = _within_cache(context, local_path, "upload_file")
+        if not local.is_file():
+            raise SetupError(f"upload_file: no local file {local_path!r} under {context.cache_root}")
+        if not context.client.upload_file(path, local.read_bytes()):
             raise SetupError(f"upload_file: uploading {local_path} to {path} failed")
 
 
@@ -108,7 +120,7 @@ def _execute(context: SetupContext, command: str | list[str], shell: bool = Fals
             for name, key in ((stdout, "output"), (stderr, "error")):
                 if name:
                     context.cache_dir.mkdir(parents=True, exist_ok=True)
-                    (context.cache_dir / name).write_text(result.get(key, ""))
+                    (context.cache_dir / os.path.basename(str(name))).write_text(result.get(key, ""))
         else:
             failures += 1
             log.warning("setup command %r failed: %s", command, result.get("message"))

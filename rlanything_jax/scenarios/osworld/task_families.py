@@ -1,5 +1,6 @@
 """The project's own desktop tasks, in OSWorld's JSON format: file and directory work, text editing,
-archives, permissions and small scripts in the local session's terminal, plus infeasible requests.
+archives, permissions, small scripts and desktop settings (gsettings) in the local session's terminal,
+plus infeasible requests.
 
 A family builds one task from a seed and knobs (`n`: how many files, lines or directories, the
 difficulty knob that harder/easier rewrites move). Every task carries its scripted expert in
@@ -200,12 +201,43 @@ def hello_script(rng: random.Random, n: int):
             f"printf '#!/bin/sh\\necho {message}\\n' > ~/{name}.sh && chmod +x ~/{name}.sh")
 
 
+# (what a person asks for, schema, key, value to set, what `gsettings get` prints then)
+SETTINGS = (
+    ("the screen never blanks when idle", "org.gnome.desktop.session", "idle-delay", "0", "uint32 0"),
+    ("the screen blanks after 10 idle minutes", "org.gnome.desktop.session", "idle-delay", "600", "uint32 600"),
+    ("the screen does not lock", "org.gnome.desktop.screensaver", "lock-enabled", "false", "false"),
+    ("notification banners are not shown", "org.gnome.desktop.notifications", "show-banners", "false", "false"),
+    ("text is shown 1.25 times larger", "org.gnome.desktop.interface", "text-scaling-factor", "1.25", "1.25"),
+    ("the clock uses the 12-hour format", "org.gnome.desktop.interface", "clock-format", "'12h'", "'12h'"),
+    ("applications prefer a dark style", "org.gnome.desktop.interface", "color-scheme", "'prefer-dark'",
+     "'prefer-dark'"),
+    ("the mouse pointer is 48 pixels large", "org.gnome.desktop.interface", "cursor-size", "48", "48"),
+    ("the mouse scrolls naturally", "org.gnome.desktop.peripherals.mouse", "natural-scroll", "true", "true"),
+)
+
+
+def change_settings(rng: random.Random, n: int):
+    """n desktop settings (gsettings in dconf, as on OSWorld's VM) at once: a list evaluator, conj 'and'."""
+    chosen, keys = [], set()
+    for setting in rng.sample(SETTINGS, len(SETTINGS)):
+        if setting[2] not in keys and len(chosen) < min(n, 6):
+            chosen.append(setting)
+            keys.add(setting[2])
+    wishes = "; ".join(f"{want} ({schema} {key})" for want, schema, key, _, _ in chosen)
+    checks = [_check(f"gsettings get {schema} {key}", shown + "\n") for _, schema, key, _, shown in chosen]
+    evaluator = {"func": [c["func"] for c in checks], "conj": "and", "result": [c["result"] for c in checks],
+                 "expected": [c["expected"] for c in checks]}
+    command = " && ".join(f"gsettings set {schema} {key} {shlex.quote(value)}" for _, schema, key, value, _ in chosen)
+    return f"Change the desktop settings so that {wishes}.", [], evaluator, command
+
+
 FAMILIES: dict[str, Callable[[random.Random, int], tuple]] = {
     "rename-dir": rename_dir, "make-dirs": make_dirs, "write-file": write_file, "copy-by-extension": copy_by_extension,
     "delete-by-extension": delete_by_extension, "change-mode": change_mode, "make-archive": make_archive,
     "extract-archive": extract_archive, "count-lines": count_lines, "append-line": append_line,
     "replace-word": replace_word, "sort-lines": sort_lines, "make-symlink": make_symlink,
     "move-by-prefix": move_by_prefix, "largest-file": largest_file, "hello-script": hello_script,
+    "change-settings": change_settings,
 }
 INFEASIBLE = (
     "Turn on Bluetooth and pair this computer with my headphones.",

@@ -50,10 +50,13 @@ def test_download_reads_only_the_offline_cache_and_upload_file_sends_local_files
         run_setup([download], context)
     cached.parent.mkdir(parents=True)
     cached.write_text("cached report\n")
-    local = tmp_path / "local.txt"
+    local = tmp_path / "cache" / "local.txt"
     local.write_text("from the host\n")
-    run_setup([download, _step("upload_file", files=[{"local_path": str(local), "path": "~/Documents/local.txt"}]),
+    run_setup([download, _step("upload_file", files=[{"local_path": "local.txt", "path": "~/Documents/local.txt"}]),
                _step("sleep", seconds=0.01)], context)
+    outside = _step("upload_file", files=[{"local_path": "/etc/hostname", "path": "~/Documents/stolen"}])
+    with pytest.raises(SetupError, match="outside the task cache"):
+        run_setup([outside], context)
     assert context.client.get_file("/home/user/Documents/report.txt") == b"cached report\n"
     assert context.client.get_file("~/Documents/local.txt") == b"from the host\n"
 
