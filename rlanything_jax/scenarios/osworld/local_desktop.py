@@ -145,7 +145,11 @@ class LocalDesktop:
         self.start_seconds: float | None = None
         _LIVE.add(self)
         if start:
-            self.start()
+            try:
+                self.start()
+            except BaseException:
+                self.close()   # frees the slot now, not when the object is collected
+                raise
 
     # -- slots
 

@@ -28,9 +28,13 @@ mkdir -p "$XDG_RUNTIME_DIR" /tmp/rla-terminal
 chmod 700 "$XDG_RUNTIME_DIR"
 : > "$XAUTHORITY"   # pyautogui-style clients want an existing (even empty) authority file
 Xvfb {display} -screen 0 {width}x{height}x{depth} -nolisten tcp -noreset >/tmp/xvfb.log 2>&1 &
+xvfb=$!
 i=0
 while [ ! -S /tmp/.X11-unix/X{display_number} ]; do
-  i=$((i + 1)); [ $i -lt 400 ] || {{ echo "Xvfb did not start:" >&2; cat /tmp/xvfb.log >&2; exit 1; }}
+  i=$((i + 1))
+  if [ $i -ge 400 ] || ! kill -0 $xvfb 2>/dev/null; then
+    echo "Xvfb did not start:" >&2; cat /tmp/xvfb.log >&2; exit 1
+  fi
   sleep 0.025
 done
 eval "$(dbus-launch --sh-syntax)"

@@ -14,7 +14,12 @@ from pathlib import Path
 import pytest
 
 from rlanything_jax.scenarios.osworld.client import VmUnavailable
-from rlanything_jax.scenarios.osworld.local_desktop import DesktopOptions, LocalDesktop, clean_stale_slots
+from rlanything_jax.scenarios.osworld.local_desktop import (
+    DesktopOptions,
+    DesktopUnavailable,
+    LocalDesktop,
+    clean_stale_slots,
+)
 from tests.scenarios.osworld.conftest import open_terminal, require_desktop_packages
 
 REPO = Path(__file__).resolve().parents[3]
@@ -203,3 +208,11 @@ def test_the_sessions_memory_file_systems_are_capped(desktop_root):
         probe = "import resource; print(resource.getrlimit(resource.RLIMIT_NPROC))"
         limit = small.client.execute(["python3", "-c", probe])
         assert limit["output"] == "(1024, 1024)\n"
+
+
+def test_a_session_that_cannot_start_says_why_and_frees_its_slot(desktop_root):
+    require_desktop_packages()
+    with pytest.raises(DesktopUnavailable, match="Xvfb did not start"):
+        LocalDesktop(DesktopOptions(runtime_root=desktop_root, depth=7), slot=40)   # no such visual depth
+    assert clean_stale_slots(desktop_root) == []
+    LocalDesktop(DesktopOptions(runtime_root=desktop_root), slot=40, start=False).close()   # the slot is free
