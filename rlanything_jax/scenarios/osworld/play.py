@@ -100,7 +100,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-steps", type=int, default=15)
     parser.add_argument("--cache-root", default="cache", help="the offline download cache")
     args = parser.parse_args(argv)
-    out = Path(args.out or tempfile.mkdtemp(prefix="rla_desktop_play_"))
     try:
         if args.model:
             raise ValueError("--model needs the vision-language policy, which the osworld scenario does not "
@@ -115,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"step {index}: done={result.done} {json.dumps(result.info)}", flush=True))
         finally:
             env.close()
+        out = Path(args.out or tempfile.mkdtemp(prefix="rla_desktop_play_"))   # only once there is something
         write_trace(record, task.instruction, out)
     except (ValueError, TaskFormatError, SetupError, DesktopUnavailable) as error:
         print(f"error: {error}", file=sys.stderr)
