@@ -7,6 +7,11 @@ NAME is a registered scenario (`--help` lists them); TYPE picks a kind of task w
 scenario has several (its error message lists them).
 
 The last line of output is the summary: {"won": ..., "steps": ..., "task_id": ...}.
+
+    python -m rlanything_jax.play --env NAME ...
+
+hands the command line to the scenario package's own player, `rlanything_jax.scenarios.NAME.play`
+(the desktop scenario's takes --task/--task-file and --expert/--actions and writes screenshots).
 """
 
 from __future__ import annotations
@@ -77,7 +82,25 @@ def play_model(scenario: Scenario, task: Task, model: str, max_steps: int, max_n
             "end_reason": episode.end_reason}
 
 
+def _env_player(argv: list[str]) -> int | None:
+    """`--env NAME`: the exit status of the scenario's own player, or None without --env."""
+    for index, arg in enumerate(argv):
+        if arg == "--env" or arg.startswith("--env="):
+            name = arg.split("=", 1)[1] if "=" in arg else (argv[index + 1] if index + 1 < len(argv) else "")
+            try:
+                player = importlib.import_module(f"rlanything_jax.scenarios.{name}.play")
+            except ModuleNotFoundError:
+                print(f"error: no player for --env {name!r}", file=sys.stderr)
+                return 2
+            return player.main(argv)
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    status = _env_player(argv)
+    if status is not None:
+        return status
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scenario", required=True, help=f"one of {', '.join(scenario_names())}")
     parser.add_argument("--seed", type=int, default=0)

@@ -14,7 +14,22 @@ DEBIAN_PACKAGES=(
   bubblewrap        # contains untrusted code (rlanything_jax/envs/sandbox.py)
   build-essential   # fast-downward (ALFWorld's planner) compiles when pip installs it
   cmake             #   ditto
-  # desktop tasks, when they come: xvfb ...
+  # local desktop sessions for OSWorld-format tasks (rlanything_jax/scenarios/osworld/local_desktop.py)
+  xvfb              #   the X display
+  openbox           #   window manager: Ctrl+Alt+T opens the terminal, windows get focus
+  xterm             #   the terminal (titled "Terminal")
+  xdotool           #   the session's pyautogui actions
+  wmctrl            #   window setup steps and readiness
+  dbus-x11          #   dbus-launch: the session bus
+  x11-utils         #   xwininfo, xprop for tasks and debugging
+  scrot             #   screenshots where Pillow cannot grab
+  python3           #   the session's server and `python -c` actions run Debian's interpreter
+  python3-pil       #   screenshots (Pillow's X grab)
+  fonts-dejavu-core #   the terminal's font
+  libglib2.0-bin    #   gsettings: desktop settings tasks (GNOME schemas in dconf, without GNOME itself)
+  gsettings-desktop-schemas #  the org.gnome.desktop.* schemas those tasks read and write
+  dconf-gsettings-backend   #  settings persist in ~/.config/dconf, as on OSWorld's Ubuntu VM
+  bc                #   arithmetic in OSWorld's os-domain evaluator commands
 )
 # ----
 

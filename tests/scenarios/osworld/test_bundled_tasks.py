@@ -1,0 +1,59 @@
+"""The bundled task set: files equal to their generator, splits, knobs, and (slow) every expert
+scoring 1 and doing nothing scoring 0 on a real desktop."""
+
+import json
+
+import pytest
+
+from rlanything_jax.scenarios.osworld.bundled_tasks import DATA_DIR, SPLITS, bundled_tasks
+from rlanything_jax.scenarios.osworld.env import DesktopEnvSettings, OsWorldEnv, make_env_task
+from rlanything_jax.scenarios.osworld.episodes import play_tool_calls
+from rlanything_jax.scenarios.osworld.task_families import FAMILIES, build_task, rewrite
+from rlanything_jax.scenarios.osworld.tasks import load_task_dir, task_from_json
+from tests.scenarios.osworld.conftest import require_desktop_packages
+
+
+def test_the_files_are_the_generators_tasks_and_all_load():
+    for split in SPLITS:
+        on_disk = {path.stem: json.loads(path.read_text()) for path in (DATA_DIR / split).glob("*.json")}
+        generated = {task["id"]: task for task in bundled_tasks(split)}
+        assert on_disk == generated, "regenerate with `python -m rlanything_jax.scenarios.osworld.bundled_tasks`"
+        loaded = load_task_dir(DATA_DIR / split)
+        assert loaded.skipped == {} and len(loaded.tasks) == len(generated)
+
+
+def test_splits_are_disjoint_and_large_enough():
+    train, heldout = ({t["id"] for t in bundled_tasks(s)} for s in SPLITS)
+    assert len(train) + len(heldout) >= 40 and not train & heldout
+    assert {t["rla_knobs"]["family"] for t in bundled_tasks("heldout")} == {*FAMILIES, "infeasible"}
+    instructions = [t["instruction"] for s in SPLITS for t in bundled_tasks(s)]
+    assert len(set(instructions)) == len(instructions)
+
+
+def test_rewrites_move_the_difficulty_knob():
+    task = build_task("copy-by-extension", seed=4, n=2)
+    harder, easier = rewrite(task, +1), rewrite(task, -1)
+    assert harder["rla_knobs"] == {"family": "copy-by-extension", "seed": 4, "n": 3}
+    assert len(harder["evaluator"]["expected"]["rules"]["expected"]) == 3
+    assert len(easier["evaluator"]["expected"]["rules"]["expected"]) == 1
+    assert rewrite(easier, -1) is None and rewrite(build_task("infeasible", 0), +1) is None
+    assert build_task("sort-lines", 1, 2) == build_task("sort-lines", 1, 2)   # deterministic
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("split", SPLITS)
+def test_every_expert_scores_one_and_doing_nothing_scores_zero(split, desktop_root, tmp_path):
+    require_desktop_packages()
+    settings = DesktopEnvSettings(runtime_root=desktop_root, cache_root=str(tmp_path), settle_s=0.5)
+    env = OsWorldEnv()
+    failures = []
+    try:
+        for data in bundled_tasks(split):
+            task = make_env_task(task_from_json(data), settings)
+            expert = play_tool_calls(env, task, data["rla_expert"])
+            nothing = play_tool_calls(env, task, [{"action": "terminate", "status": "success"}])
+            if (expert.score, nothing.score) != (1.0, 0.0):
+                failures.append((data["id"], expert.evaluation, nothing.evaluation))
+    finally:
+        env.close()
+    assert failures == []
