@@ -70,8 +70,8 @@ class Qwen3VL(Decoder):
     def image_features(self, pixel_values: jax.Array, image_grid_thw: np.ndarray) -> tuple[jax.Array, jax.Array]:
         """Image embeddings [N, embed] (N = image tokens of all images, in order) and DeepStack features
         [levels, N, embed]. `image_grid_thw` is host data: it fixes the shapes."""
-        grids = [tuple(int(v) for v in grid) for grid in np.asarray(image_grid_thw).reshape(-1, 3)]
-        return self.visual(pixel_values.astype(self.dtype), grids)
+        grids = tuple(tuple(int(v) for v in grid) for grid in np.asarray(image_grid_thw).reshape(-1, 3))
+        return _vision_tower(self.visual, pixel_values.astype(self.dtype), grids)
 
     def run_layers(self, input_ids: jax.Array, positions: jax.Array, attend: AttendFn, carry: Any,
                    last: int | None = None, inputs: ModelInputs | None = None) -> tuple[jax.Array, Any]:
@@ -120,5 +120,17 @@ class Qwen3VL(Decoder):
                  pixel_values: jax.Array | None = None, image_grid_thw: np.ndarray | None = None) -> jax.Array:
         mask = None if attention_mask is None else np.asarray(attention_mask)
         inputs = self.multimodal_inputs(np.asarray(input_ids), mask, pixel_values, image_grid_thw)
-        ids = jnp.asarray(input_ids, jnp.int32)
-        return self.logits(self.hidden_states(ids, None if mask is None else jnp.asarray(mask), inputs=inputs))
+        mask = jnp.ones(np.shape(input_ids), jnp.int32) if mask is None else jnp.asarray(mask, jnp.int32)
+        return _forward_logits(self, jnp.asarray(input_ids, jnp.int32), mask, inputs)
+
+
+# One compiled program per (model, shapes); the image grids are static because they fix the shapes.
+@nnx.jit(static_argnums=(2,))
+def _vision_tower(tower: VisionTower, pixel_values: jax.Array, grids: tuple) -> tuple[jax.Array, jax.Array]:
+    return tower(pixel_values, grids)
+
+
+@nnx.jit
+def _forward_logits(model: Qwen3VL, input_ids: jax.Array, attention_mask: jax.Array,
+                    inputs: ModelInputs | None) -> jax.Array:
+    return model.logits(model.hidden_states(input_ids, attention_mask, inputs=inputs))
