@@ -103,6 +103,8 @@ def preprocess_images(images: Sequence[Image.Image | np.ndarray],
         patches, grid = patchify(_normalized_chw(rgb, height, width, cfg), cfg)
         rows.append(patches)
         grids.append(grid)
+    if not rows:
+        return np.zeros((0, 3 * cfg.temporal_patch_size * cfg.patch_size ** 2), np.float32), np.zeros((0, 3), np.int64)
     return np.concatenate(rows, axis=0), np.asarray(grids, np.int64).reshape(-1, 3)
 
 
@@ -190,3 +192,23 @@ def get_rope_index(input_ids: np.ndarray, image_grid_thw: np.ndarray | None, ima
     if next(grids, None) is not None:
         raise ValueError("image_grid_thw has more images than the prompts hold")
     return positions, deltas
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageInput:
+    """One preprocessed image: its patch rows [n, C * T * p * p] and grid (t, h, w)."""
+
+    pixel_values: np.ndarray
+    grid_thw: tuple[int, int, int]
+
+
+def prepare_prompt(token_ids: Sequence[int], images: Sequence[Image.Image | np.ndarray], image_token_id: int,
+                   cfg: ImageProcessorConfig = ImageProcessorConfig()) -> tuple[list[int], list[ImageInput]]:
+    """A prompt with one image pad per image (as a chat template writes it) -> its expanded token ids and
+    the preprocessed images, in order: what the sampler and the train step take."""
+    prepared = []
+    for image in images:
+        pixel_values, grid = preprocess_images([image], cfg)
+        prepared.append(ImageInput(pixel_values, tuple(int(v) for v in grid[0])))
+    grids = np.asarray([item.grid_thw for item in prepared], np.int64).reshape(-1, 3)
+    return expand_image_pads(token_ids, grids, image_token_id, cfg.merge_size), prepared
