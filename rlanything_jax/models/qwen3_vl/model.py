@@ -45,15 +45,24 @@ def mrope_cos_sin(position_ids: jax.Array, inv_freq: np.ndarray,
     return jnp.cos(chosen), jnp.sin(chosen)
 
 
-def _placeholder_rows(placeholder: jax.Array) -> jax.Array:
-    """For each position, the index of its row among the batch's placeholders in row-major order."""
+def _placeholder_rows(placeholder: jax.Array, per_row: bool) -> jax.Array:
+    """For each position, the index of its value among the placeholders: in row-major order over the
+    batch, or (`per_row`) within its own row."""
+    if per_row:
+        return jnp.maximum(jnp.cumsum(placeholder.astype(jnp.int32), axis=1) - 1, 0)
     flat = placeholder.reshape(-1).astype(jnp.int32)
     return jnp.maximum(jnp.cumsum(flat) - 1, 0).reshape(placeholder.shape)
 
 
 def scatter_at_placeholders(x: jax.Array, placeholder: jax.Array, rows: jax.Array, values: jax.Array) -> jax.Array:
-    """x [B, T, E] with position (b, t) replaced by values[rows[b, t]] wherever placeholder[b, t]."""
-    return jnp.where(placeholder[..., None], jnp.take(values.astype(x.dtype), rows, axis=0), x)
+    """x [B, T, E] with position (b, t) replaced by values[rows[b, t]] (values [N, E]) or values[b, rows[b, t]]
+    (values [B, K, E], each row's own) wherever placeholder[b, t]."""
+    values = values.astype(x.dtype)
+    if values.ndim == 3:
+        picked = jnp.take_along_axis(values, rows[..., None], axis=1)
+    else:
+        picked = jnp.take(values, rows, axis=0)
+    return jnp.where(placeholder[..., None], picked, x)
 
 
 class Qwen3VL(Decoder):
@@ -86,7 +95,7 @@ class Qwen3VL(Decoder):
         after_layer = None
         if inputs.embeddings is not None:
             placeholder = inputs.placeholder.astype(jnp.bool_)
-            rows = _placeholder_rows(placeholder)
+            rows = _placeholder_rows(placeholder, per_row=inputs.embeddings.ndim == 3)
             x = scatter_at_placeholders(x, placeholder, rows, inputs.embeddings)
             deepstack = inputs.deepstack
 
@@ -98,6 +107,23 @@ class Qwen3VL(Decoder):
                 return hidden + added[:, x.shape[1] - hidden.shape[1]:]
 
         return self.run_embedded(x, cos, sin, attend, carry, last, after_layer)
+
+    def row_inputs(self, input_ids: jax.Array, mrope_positions: jax.Array, pixel_values: jax.Array | None = None,
+                   image_grid: tuple[int, int, int] | None = None, embeddings: jax.Array | None = None,
+                   deepstack: jax.Array | None = None) -> ModelInputs:
+        """`ModelInputs` of a train batch whose rows carry their own images (traceable): M-RoPE positions
+        [B, 3, T] and either pixel_values [B, M, patches, patch_dim] of one `image_grid` (run through the
+        vision tower here) or cached features, embeddings [B, K, embed] and deepstack [B, levels, K, embed]."""
+        if pixel_values is not None:
+            rows, slots = pixel_values.shape[:2]
+            flat = pixel_values.reshape(-1, pixel_values.shape[-1]).astype(self.dtype)
+            image_embeddings, image_deepstack = self.visual(flat, (tuple(image_grid),) * (rows * slots))
+            embeddings = image_embeddings.reshape(rows, -1, image_embeddings.shape[-1])
+            deepstack = image_deepstack.reshape(image_deepstack.shape[0], rows, -1, image_deepstack.shape[-1])
+        else:
+            deepstack = jnp.moveaxis(deepstack, 1, 0)
+        return ModelInputs(embeddings=embeddings, placeholder=input_ids == self.vl_config.image_token_id,
+                           position_ids=jnp.moveaxis(mrope_positions, 1, 0), deepstack=deepstack)
 
     def multimodal_inputs(self, input_ids: np.ndarray, attention_mask: np.ndarray | None,
                           pixel_values: jax.Array | None, image_grid_thw: np.ndarray | None) -> ModelInputs | None:

@@ -124,6 +124,10 @@ class VisionAttention(nnx.Module):
     def __call__(self, x: jax.Array, cos: jax.Array, sin: jax.Array, segments: Sequence[int]) -> jax.Array:
         qkv = self.qkv(x)
         q, k, v = _rotate(qkv[:, 0], cos, sin), _rotate(qkv[:, 1], cos, sin), qkv[:, 2]
+        if len(set(segments)) == 1 and len(segments) > 1:   # images of one size (screenshots): one batched program
+            shape = (len(segments), segments[0]) + q.shape[1:]
+            out = jax.vmap(image_attention)(q.reshape(shape), k.reshape(shape), v.reshape(shape))
+            return self.proj(out.reshape(q.shape))
         outs, start = [], 0
         for length in segments:
             window = slice(start, start + length)
