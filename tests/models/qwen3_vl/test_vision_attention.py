@@ -20,7 +20,7 @@ def test_blocked_attention_and_its_gradients_equal_torch():
     out = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv)[0].transpose(0, 1)
     expected = (out * torch.tensor(upstream)).sum()
     expected.backward()
-    np.testing.assert_allclose(float(value), float(expected), rtol=1e-5)
+    np.testing.assert_allclose(float(value), expected.item(), rtol=1e-5)
     forward = jax.jit(lambda q, k, v: image_attention(q, k, v, chunk=64))
     np.testing.assert_allclose(np.asarray(forward(q, k, v)), out.detach().numpy(), atol=1e-5)
     for ours, theirs in zip(grads, (tq, tk, tv)):
