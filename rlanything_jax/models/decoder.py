@@ -7,7 +7,7 @@ table in the config, so the model itself never names a mesh axis.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -221,10 +221,19 @@ class Decoder(nnx.Module):
         if inputs is not None and (inputs.embeddings is not None or inputs.position_ids is not None):
             raise ValueError("Decoder is a text-only model: it takes no image embeddings or multi-axis positions")
         cos, sin = self.rope(positions)
-        x = self.embed_tokens(input_ids)
+        return self.run_embedded(self.embed_tokens(input_ids), cos, sin, attend, carry, last)
+
+    def run_embedded(self, x: jax.Array, cos: jax.Array, sin: jax.Array, attend: AttendFn, carry: Any,
+                     last: int | None = None,
+                     after_layer: Callable[[int, jax.Array], jax.Array] | None = None) -> tuple[jax.Array, Any]:
+        """`run_layers` from embeddings x [B, T, embed] and rotary tables cos, sin [B, T, head_dim]:
+        the entry for models built on this decoder (Qwen3-VL scatters image embeddings into x, rotates by
+        M-RoPE and adds DeepStack features to the first layers' outputs through `after_layer(index, x)`)."""
         for index, layer in enumerate(self.layers):
             final = index == len(self.layers) - 1
             x, carry = layer(x, cos, sin, index, attend, carry, last if final else None)
+            if after_layer is not None:
+                x = after_layer(index, x)
         return self.final_norm(x), carry
 
     def logits(self, hidden: jax.Array) -> jax.Array:

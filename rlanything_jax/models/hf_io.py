@@ -123,15 +123,32 @@ def _resolve_dtype(dtype: Any) -> Any:
 def load_pretrained(hf_dir: str | Path, dtype: Any = "float32", mesh: Mesh | None = None,
                     rules: sharding_lib.Rules = sharding_lib.DEFAULT_LOGICAL_AXIS_RULES,
                     compute_dtype: Any = None) -> Decoder:
-    """Builds a `Decoder` from a Hugging Face directory, each leaf placed with its target sharding.
+    """Builds a `Decoder` (a `Qwen3VL` for `model_type: qwen3_vl`) from a Hugging Face directory, each
+    leaf placed with its target sharding.
 
     `dtype` is the parameter dtype; `compute_dtype` defaults to it. With `mesh=None`
     everything goes to the first device.
     """
     param_dtype = _resolve_dtype(dtype)
     compute_dtype = _resolve_dtype(compute_dtype) if compute_dtype is not None else param_dtype
-    cfg = DecoderConfig.from_hf(read_hf_config(hf_dir))
-    abstract = nnx.eval_shape(lambda: Decoder(cfg, dtype=compute_dtype, param_dtype=param_dtype))
+    hf = read_hf_config(hf_dir)
+    if hf.get("model_type") == "qwen3_vl":
+        from rlanything_jax.models.qwen3_vl import weights as qwen3_vl_weights
+
+        return qwen3_vl_weights.load(hf, hf_dir, param_dtype, compute_dtype, mesh, rules)
+    cfg = DecoderConfig.from_hf(hf)
+    return load_into(lambda: Decoder(cfg, dtype=compute_dtype, param_dtype=param_dtype), hf_dir, param_dtype,
+                     mesh, rules, name=f"the {cfg.model_type} decoder")
+
+
+def load_into(build, hf_dir: str | Path, param_dtype: Any, mesh: Mesh | None, rules: sharding_lib.Rules,
+              key_for=None, to_ours=None, name: str = "the model") -> Any:
+    """Builds the module `build()` describes from a checkpoint without materialising random weights:
+    `key_for(path) -> (HF key, layout)` names each parameter's tensor and `to_ours(weight, layout,
+    shape)` converts it (this module's decoder mapping by default)."""
+    key_for = key_for or hf_key_for
+    to_ours = to_ours or hf_to_ours
+    abstract = nnx.eval_shape(build)
     graphdef, abstract_state = nnx.split(abstract)
     if mesh is None:
         shardings = jax.tree.map(lambda _: SingleDeviceSharding(jax.devices()[0]), abstract_state)
@@ -142,9 +159,9 @@ def load_pretrained(hf_dir: str | Path, dtype: Any = "float32", mesh: Mesh | Non
     used: set[str] = set()
 
     def load_leaf(path, leaf, sharding):
-        key, layout = hf_key_for(_state_path(path))
+        key, layout = key_for(_state_path(path))
         used.add(key)
-        weight = hf_to_ours(checkpoint.read(key), layout, leaf.shape)
+        weight = to_ours(checkpoint.read(key), layout, leaf.shape)
         if weight.dtype != np.dtype(param_dtype):
             weight = weight.astype(param_dtype)
         return sharding_lib.place(weight, sharding)
@@ -152,7 +169,7 @@ def load_pretrained(hf_dir: str | Path, dtype: Any = "float32", mesh: Mesh | Non
     state = jax.tree_util.tree_map_with_path(load_leaf, abstract_state, shardings)
     unused = {k for k in checkpoint.keys() - used if not _IGNORED_HF_KEYS.fullmatch(k)}
     if unused:
-        raise ValueError(f"{hf_dir}: checkpoint tensors not used by the {cfg.model_type} decoder: "
+        raise ValueError(f"{hf_dir}: checkpoint tensors not used by {name}: "
                          f"{sorted(unused)[:8]}{' ...' if len(unused) > 8 else ''}")
     return nnx.merge(graphdef, state)
 
@@ -174,7 +191,8 @@ def _to_host(value: jax.Array) -> np.ndarray:
     return np.asarray(jax.device_get(value))
 
 
-def _plan_shards(model: Decoder, itemsize: int, max_shard_bytes: int) -> list[list[tuple[tuple, str, str]]]:
+def _plan_shards(model: Decoder, itemsize: int, max_shard_bytes: int,
+                 key_for=hf_key_for) -> list[list[tuple[tuple, str, str]]]:
     """Groups parameters (path, HF key, layout) into shards of at most `max_shard_bytes`."""
     shards: list[list[tuple[tuple, str, str]]] = [[]]
     size = 0
@@ -183,7 +201,7 @@ def _plan_shards(model: Decoder, itemsize: int, max_shard_bytes: int) -> list[li
         if shards[-1] and size + nbytes > max_shard_bytes:
             shards.append([])
             size = 0
-        shards[-1].append((path, *hf_key_for(path)))
+        shards[-1].append((path, *key_for(path)))
         size += nbytes
     return shards
 
@@ -195,11 +213,22 @@ def save_pretrained(model: Decoder, out_dir: str | Path, dtype: Any = None,
     The host holds one shard at a time. In a multi-process run every process takes
     part in gathering, and only process 0 writes.
     """
+    if hasattr(model, "vl_config"):
+        from rlanything_jax.models.qwen3_vl import weights as qwen3_vl_weights
+
+        return qwen3_vl_weights.save(model, out_dir, dtype, max_shard_bytes)
+    return write_checkpoint(model, out_dir, model.config.to_hf, dtype, max_shard_bytes)
+
+
+def write_checkpoint(model, out_dir: str | Path, config_json, dtype: Any = None, max_shard_bytes: int = 2 << 30,
+                     key_for=hf_key_for, to_hf=ours_to_hf) -> Path:
+    """`save_pretrained` for any module: `key_for(path) -> (HF key, layout)`, `to_hf(value, layout)` converts,
+    `config_json(dtype_name)` is the config.json dictionary."""
     out_dir = Path(out_dir)
     state = nnx.state(model, nnx.Param)
     dtype = np.dtype(_resolve_dtype(dtype) if dtype is not None else jax.tree.leaves(state)[0].dtype)
     flat_state = dict(nnx.to_flat_state(state))
-    shards = _plan_shards(model, dtype.itemsize, max_shard_bytes)
+    shards = _plan_shards(model, dtype.itemsize, max_shard_bytes, key_for)
     names = (["model.safetensors"] if len(shards) == 1 else
              [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))])
     writer = jax.process_index() == 0
@@ -208,7 +237,7 @@ def save_pretrained(model: Decoder, out_dir: str | Path, dtype: Any = None,
     weight_map: dict[str, str] = {}
     total_bytes = 0
     for name, shard in zip(names, shards):
-        tensors = {key: ours_to_hf(_to_host(flat_state[path][...]).astype(dtype), layout)
+        tensors = {key: to_hf(_to_host(flat_state[path][...]).astype(dtype), layout)
                    for path, key, layout in shard}
         total_bytes += sum(t.nbytes for t in tensors.values())
         weight_map.update(dict.fromkeys(tensors, name))
@@ -219,5 +248,5 @@ def save_pretrained(model: Decoder, out_dir: str | Path, dtype: Any = None,
             index = {"metadata": {"total_size": total_bytes}, "weight_map": weight_map}
             (out_dir / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
         dtype_name = "bfloat16" if dtype == np.dtype(jnp.bfloat16) else str(dtype)
-        (out_dir / "config.json").write_text(json.dumps(model.config.to_hf(dtype_name), indent=2) + "\n")
+        (out_dir / "config.json").write_text(json.dumps(config_json(dtype_name), indent=2) + "\n")
     return out_dir

@@ -16,7 +16,7 @@ from pathlib import Path
 from rlanything_jax.models.gguf_io import ConversionError
 from rlanything_jax.models.tokenizer import write_tokenizer_dir
 
-VARIANTS = ("qwen2.5", "qwen3")
+VARIANTS = ("qwen2.5", "qwen3", "qwen3-vl")
 FIRST_SPECIAL_ID = 151643  # == number of BPE ranks in qwen.tiktoken
 
 # (token, special) in id order from 151643. special=False matches the real
@@ -106,17 +106,44 @@ QWEN3_CHAT_TEMPLATE = (
 )
 
 
+# Qwen3-VL (the Thinking checkpoints' format): a message's content is a string or a list of parts,
+# {"type": "image"} (or a part with an "image"/"image_url" key) -> one image placeholder, {"type": "text",
+# "text": ...} -> its text; the processor then repeats the image pad per image token
+# (`models.qwen3_vl.processor`). The generation prompt opens the think block; enable_thinking=False
+# gives the Instruct checkpoints' plain `<|im_start|>assistant\n`.
+_QWEN3_VL_CONTENT_MACRO = (
+    "{%- macro render(content) -%}"
+    "{%- if content is string -%}{{ content }}"
+    "{%- else -%}{%- for part in content -%}"
+    "{%- if part.type == 'image' or 'image' in part or 'image_url' in part -%}"
+    "{{ '<|vision_start|><|image_pad|><|vision_end|>' }}"
+    "{%- elif 'text' in part -%}{{ part.text }}"
+    "{%- endif -%}"
+    "{%- endfor -%}{%- endif -%}"
+    "{%- endmacro -%}"
+)
+QWEN3_VL_CHAT_TEMPLATE = (
+    _QWEN3_VL_CONTENT_MACRO
+    + QWEN3_CHAT_TEMPLATE
+    .replace("'\\n' + message.content + '<|im_end|>\\n'", "'\\n' + render(message.content) + '<|im_end|>\\n'")
+    .replace("{%- if enable_thinking is defined and enable_thinking is false -%}{{ '<think>\\n\\n</think>\\n\\n' }}"
+             "{%- endif -%}",
+             "{%- if not (enable_thinking is defined and enable_thinking is false) -%}{{ '<think>\\n' }}"
+             "{%- endif -%}")
+)
+
+
 def added_tokens(variant: str) -> tuple[tuple[str, bool], ...]:
     """(token, special) pairs in id order starting at FIRST_SPECIAL_ID."""
     _check_variant(variant)
-    if variant == "qwen3":
+    if variant in ("qwen3", "qwen3-vl"):
         return _QWEN25_ADDED_TOKENS + _QWEN3_EXTRA_TOKENS
     return _QWEN25_ADDED_TOKENS
 
 
 def chat_template(variant: str) -> str:
     _check_variant(variant)
-    return QWEN3_CHAT_TEMPLATE if variant == "qwen3" else QWEN25_CHAT_TEMPLATE
+    return {"qwen3": QWEN3_CHAT_TEMPLATE, "qwen3-vl": QWEN3_VL_CHAT_TEMPLATE}.get(variant, QWEN25_CHAT_TEMPLATE)
 
 
 def find_qwen_tiktoken() -> Path:

@@ -24,6 +24,7 @@ from typing import Iterator, NamedTuple, Sequence
 import grain
 import numpy as np
 
+from rlanything_jax.models.qwen3_vl.processor import ImageInput, get_rope_index, image_token_count
 from rlanything_jax.rl.losses import AGGREGATIONS
 from rlanything_jax.rl.train_config import OVERLONG_PROMPT_POLICIES
 from rlanything_jax.rl.train_step import TrainBatch
@@ -44,6 +45,9 @@ class Example:
     old_logprobs: Sequence[float]   # one per response token, from the sampler (any value on context tokens)
     ref_logprobs: Sequence[float] | None = None
     segments: Sequence[Segment] | None = None  # None: the whole response is one segment (a plain example)
+    # A vision-language example's images, in order, one per run of image pads in prompt_ids (whose pads
+    # are expanded: `models.qwen3_vl.processor.prepare_prompt`).
+    images: Sequence[ImageInput] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,6 +68,9 @@ class DataConfig:
     # Targets, loss mask, log-probs and per-token advantages for the last W columns only (W: the columns
     # from the earliest response on, rounded up to a bucket): the train step then computes logits there.
     loss_window: bool = True
+    # Vision-language examples: the image pad token and the vision merge size (M-RoPE positions).
+    image_token_id: int | None = None
+    merge_size: int = 2
 
 
 def _bucket(n: int, minimum: int) -> int:
@@ -93,15 +100,34 @@ def pack_turns(steps: Sequence[Example]) -> Example | None:
         old += list(step.old_logprobs)
         ref += list(step.ref_logprobs) if with_ref else []
         sequence = step_prompt + list(step.response_ids)
-    return Example(prompt, response, 0.0, old, ref if with_ref else None, tuple(segments))
+    # Each step's prompt holds the previous steps' images and perhaps a new one: the last step's are all.
+    return Example(prompt, response, 0.0, old, ref if with_ref else None, tuple(segments), steps[-1].images)
 
 
-def unpack(example: Example) -> list[Example]:
-    """The plain per-step examples of a packed example (inverse of `pack_turns`)."""
+def _images_within(images: Sequence[ImageInput] | None, prompt: Sequence[int], image_token_id: int | None,
+                   merge_size: int = 2) -> Sequence[ImageInput] | None:
+    """The leading images whose pads a prefix of the packed sequence holds."""
+    if not images:
+        return images
+    pads = sum(1 for t in prompt if t == image_token_id)
+    kept, used = [], 0
+    for image in images:
+        if used >= pads:
+            break
+        used += image_token_count(image.grid_thw, merge_size)
+        kept.append(image)
+    return kept
+
+
+def unpack(example: Example, image_token_id: int | None = None, merge_size: int = 2) -> list[Example]:
+    """The plain per-step examples of a packed example (inverse of `pack_turns`; with images, each step
+    keeps those its prompt holds, which needs the image pad id)."""
     prompt, response = list(example.prompt_ids), list(example.response_ids)
     ref = example.ref_logprobs
     return [Example(prompt + response[:s], response[s:e], a, list(example.old_logprobs[s:e]),
-                    None if ref is None else list(ref[s:e])) for s, e, a in example.segments]
+                    None if ref is None else list(ref[s:e]),
+                    images=_images_within(example.images, prompt + response[:s], image_token_id, merge_size))
+            for s, e, a in example.segments]
 
 
 def _prepare_plain(ex: Example, cfg: DataConfig, counts: dict[str, int]) -> Example | None:
@@ -111,6 +137,9 @@ def _prepare_plain(ex: Example, cfg: DataConfig, counts: dict[str, int]) -> Exam
     prompt, response, old = list(ex.prompt_ids), list(ex.response_ids), list(ex.old_logprobs)
     ref = None if ex.ref_logprobs is None else list(ex.ref_logprobs)
     if len(prompt) > cfg.max_prompt_tokens:
+        if ex.images:   # cutting the left of the prompt could cut an image's pads apart
+            counts["image_prompts_dropped"] += 1
+            return None
         if cfg.overlong_prompt == "drop":
             counts["prompts_dropped"] += 1
             return None
@@ -124,7 +153,7 @@ def _prepare_plain(ex: Example, cfg: DataConfig, counts: dict[str, int]) -> Exam
         response, old = response[:cfg.max_response_tokens], old[:cfg.max_response_tokens]
         ref = None if ref is None else ref[:cfg.max_response_tokens]
         counts["responses_truncated"] += 1
-    return Example(prompt, response, float(ex.advantage), old, ref)
+    return Example(prompt, response, float(ex.advantage), old, ref, images=ex.images)
 
 
 def _prepare_packed(ex: Example, cfg: DataConfig, counts: dict[str, int]) -> list[Example]:
@@ -168,11 +197,12 @@ def _prepare_packed(ex: Example, cfg: DataConfig, counts: dict[str, int]) -> lis
     ref = None if ref is None else ref[:kept[-1].end]
     if len(ex.prompt_ids) + len(response) > cfg.max_prompt_tokens + cfg.max_response_tokens:
         counts["packed_fallback"] += 1
-        return [p for p in (_prepare_plain(step, cfg, counts) for step in unpack(ex)) if p is not None]
+        steps = unpack(ex, cfg.image_token_id, cfg.merge_size)
+        return [p for p in (_prepare_plain(step, cfg, counts) for step in steps) if p is not None]
     for name, count in local.items():
         counts[name] += count
     counts["packed_segments"] += len(kept)
-    return [Example(list(ex.prompt_ids), response, 0.0, old, ref, tuple(kept))]
+    return [Example(list(ex.prompt_ids), response, 0.0, old, ref, tuple(kept), ex.images)]
 
 
 def prepare_examples(examples: Sequence[Example], cfg: DataConfig) -> tuple[list[Example], dict[str, int]]:
@@ -181,6 +211,10 @@ def prepare_examples(examples: Sequence[Example], cfg: DataConfig) -> tuple[list
         raise ValueError(f"overlong_prompt must be one of {OVERLONG_PROMPT_POLICIES}, got {cfg.overlong_prompt!r}")
     counts = dict(examples=len(examples), prompts_dropped=0, prompts_truncated=0, responses_truncated=0,
                   eos_appended=0, zero_advantage_dropped=0)
+    if any(ex.images for ex in examples):
+        if cfg.image_token_id is None:
+            raise ValueError("examples with images need DataConfig.image_token_id")
+        counts.update(image_prompts_dropped=0)
     if any(ex.segments is not None for ex in examples):  # plain-only runs keep their exact counts
         counts.update(packed=0, packed_segments=0, packed_fallback=0, packed_eos_skipped=0,
                       zero_advantage_segments=0)
@@ -253,9 +287,34 @@ def collate(examples: Sequence[Example], cfg: DataConfig) -> TrainBatch:
     def cut(x):  # the last `window` columns
         return None if x is None else x[:, width - window:]
 
-    return TrainBatch(input_ids=ids, attention_mask=attention, targets=cut(targets), loss_mask=cut(loss_mask),
-                      old_logp=cut(old), advantages=advantages if advantages.ndim == 1 else cut(advantages),
-                      ref_logp=cut(ref))
+    batch = TrainBatch(input_ids=ids, attention_mask=attention, targets=cut(targets), loss_mask=cut(loss_mask),
+                       old_logp=cut(old), advantages=advantages if advantages.ndim == 1 else cut(advantages),
+                       ref_logp=cut(ref))
+    if any(e.images for e in examples):
+        batch = batch.replace(**_image_arrays(examples, ids, attention, cfg))
+    return batch
+
+
+def _image_arrays(examples: Sequence[Example], ids: np.ndarray, attention: np.ndarray,
+                  cfg: DataConfig) -> dict[str, np.ndarray]:
+    """Each row's M-RoPE positions [B, 3, L] and images [B, M, patches, patch_dim], M bucketed (zero slots
+    are never read). All images of a batch must share one grid (`TrainSpec.image_grid`)."""
+    images = [list(e.images or ()) for e in examples]
+    grids = {tuple(image.grid_thw) for row in images for image in row}
+    if len(grids) != 1:
+        raise ValueError(f"a batch's images must share one grid (resize screenshots alike), got {sorted(grids)}")
+    first = next(image for row in images for image in row)
+    slots = _bucket(max(len(row) for row in images), 1)
+    pixel_values = np.zeros((ids.shape[0], slots) + first.pixel_values.shape, np.float32)
+    positions = np.zeros((ids.shape[0], 3, ids.shape[1]), np.int32)
+    for row in range(ids.shape[0]):
+        row_images = images[row] if row < len(images) else []
+        for slot, image in enumerate(row_images):
+            pixel_values[row, slot] = image.pixel_values
+        row_grids = np.asarray([image.grid_thw for image in row_images], np.int64).reshape(-1, 3)
+        positions[row] = get_rope_index(ids[row:row + 1], row_grids, cfg.image_token_id, attention[row:row + 1],
+                                        cfg.merge_size)[0][:, 0]
+    return dict(mrope_positions=positions, pixel_values=pixel_values)
 
 
 class BatchIterator:

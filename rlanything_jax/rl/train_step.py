@@ -49,6 +49,14 @@ class TrainBatch:
     prefix_ids: jax.Array | None = None
     prefix_mask: jax.Array | None = None
     prefix_index: jax.Array | None = None
+    # Vision-language rows (Qwen3-VL; `rl/data.collate` builds them): M-RoPE positions [N, 3, L] and either
+    # each row's images, pixel_values [N, M, patches, patch_dim] (one grid per batch: TrainSpec.image_grid;
+    # a row's unused slots are zeros), or their cached vision features, image_embeddings [N, K, embed] and
+    # image_deepstack [N, levels, K, embed] (a frozen vision tower: no vision forward in the step).
+    mrope_positions: jax.Array | None = None
+    pixel_values: jax.Array | None = None
+    image_embeddings: jax.Array | None = None
+    image_deepstack: jax.Array | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,10 +67,12 @@ class TrainSpec:
     kl_beta: float = 0.01
     aggregation: str = "sequence_mean"
     num_micro_batches: int = 1
+    image_grid: tuple[int, int, int] | None = None   # the (t, h, w) patch grid of a batch's pixel_values
 
 
 def token_logprobs(graphdef: nnx.GraphDef, params: nnx.State, input_ids: jax.Array, attention_mask: jax.Array,
-                   targets: jax.Array, prefixes: tuple[jax.Array, jax.Array, jax.Array] | None = None) -> jax.Array:
+                   targets: jax.Array, prefixes: tuple[jax.Array, jax.Array, jax.Array] | None = None,
+                   images: TrainBatch | None = None, image_grid: tuple[int, int, int] | None = None) -> jax.Array:
     """log p(targets[:, j] | tokens up to position L - W + j), float32 [N, W], for input_ids [N, L] and
     targets [N, W] with W <= L: the targets cover the last W positions (all of them when W = L).
 
@@ -74,7 +84,13 @@ def token_logprobs(graphdef: nnx.GraphDef, params: nnx.State, input_ids: jax.Arr
     if window > input_ids.shape[1]:
         raise ValueError(f"targets cover {window} positions but the rows have {input_ids.shape[1]}")
     model = nnx.merge(graphdef, params)
-    if prefixes is None:
+    if images is not None and images.mrope_positions is not None:   # a vision-language batch
+        if prefixes is not None:
+            raise ValueError("shared prefixes are not supported for rows with images")
+        inputs = model.row_inputs(input_ids, images.mrope_positions, images.pixel_values, image_grid,
+                                  images.image_embeddings, images.image_deepstack)
+        hidden = model.hidden_states(input_ids, attention_mask, last=window, inputs=inputs)
+    elif prefixes is None:
         hidden = model.hidden_states(input_ids, attention_mask, last=window)
     else:  # (prefix_ids, prefix_mask, prefix_index): the rows continue shared prefixes
         hidden = model.hidden_states_after_prefixes(*prefixes, input_ids, attention_mask, last=window)
@@ -86,13 +102,15 @@ def _micro_objective(params: nnx.State, micro: TrainBatch, spec: TrainSpec,
     """The micro-batch's summed loss (to differentiate) and its sums. With frozen `reference` parameters,
     the KL is taken against their log-probabilities (a forward pass, no gradient), not the batch's."""
     prefixes = None if micro.prefix_ids is None else (micro.prefix_ids, micro.prefix_mask, micro.prefix_index)
-    logp = token_logprobs(spec.graphdef, params, micro.input_ids, micro.attention_mask, micro.targets, prefixes)
+    logp = token_logprobs(spec.graphdef, params, micro.input_ids, micro.attention_mask, micro.targets, prefixes,
+                          micro, spec.image_grid)
     # NaN marks tokens the sampler never scored (an appended EOS): treat them as on-policy.
     on_policy = jax.lax.stop_gradient(logp)
     old_logp = jnp.where(jnp.isnan(micro.old_logp), on_policy, micro.old_logp)
     if reference is not None:
         ref_logp = jax.lax.stop_gradient(token_logprobs(spec.graphdef, reference, micro.input_ids,
-                                                        micro.attention_mask, micro.targets, prefixes))
+                                                        micro.attention_mask, micro.targets, prefixes,
+                                                        micro, spec.image_grid))
     else:
         ref_logp = None if micro.ref_logp is None else jnp.where(jnp.isnan(micro.ref_logp), on_policy,
                                                                  micro.ref_logp)

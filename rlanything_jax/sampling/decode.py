@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx, struct
 
-from rlanything_jax.interfaces import CacheLayout, CausalLM
+from rlanything_jax.interfaces import CacheLayout, CausalLM, ModelInputs
 from rlanything_jax.models.attention import grouped_query_attention
 from rlanything_jax.sampling.strategies import SamplingStrategy
 
@@ -96,7 +96,8 @@ def _window_attention(q: jax.Array, layer_k: jax.Array, layer_v: jax.Array, vali
 
 
 def _forward_with_cache(model: CausalLM, cache: KVCache, write_index: jax.Array, tokens: jax.Array,
-                        token_valid: jax.Array, positions: jax.Array, window: int) -> tuple[jax.Array, KVCache]:
+                        token_valid: jax.Array, positions: jax.Array, window: int,
+                        inputs: ModelInputs | None = None) -> tuple[jax.Array, KVCache]:
     """Writes tokens [B, T] at columns write_index.. and returns their final hidden states.
 
     Attention reads the first `window` (static) cache columns, which must cover write_index + T.
@@ -112,17 +113,19 @@ def _forward_with_cache(model: CausalLM, cache: KVCache, write_index: jax.Array,
         out = _window_attention(q, layer_k, layer_v, valid, query_columns, window)
         return out, (keys[:layer] + (layer_k,) + keys[layer + 1:], values[:layer] + (layer_v,) + values[layer + 1:])
 
-    hidden, (new_k, new_v) = model.run_layers(tokens, positions, attend, (cache.k, cache.v))
+    hidden, (new_k, new_v) = model.run_layers(tokens, positions, attend, (cache.k, cache.v), inputs=inputs)
     return hidden, KVCache(k=new_k, v=new_v, valid=valid)
 
 
-def prefill(params: nnx.State, state: DecodeState, tokens: jax.Array, token_valid: jax.Array, *,
-            graphdef: nnx.GraphDef, window: int) -> DecodeState:
+def prefill(params: nnx.State, state: DecodeState, tokens: jax.Array, token_valid: jax.Array,
+            inputs: ModelInputs | None = None, *, graphdef: nnx.GraphDef, window: int) -> DecodeState:
     """Appends left-padded tokens [B, T] to every row and readies generation.
 
     Works for a first prompt and for a continuation alike. Rows with no valid token
     are done (batch padding, or a conversation not taking part in this turn).
-    `window` (static) must cover write_index + T.
+    `window` (static) must cover write_index + T. With `inputs` (images: embeddings and
+    multi-axis positions that already start at each row's next position), a row's next
+    position is one past the largest position it was given, as M-RoPE's rope deltas make it.
     """
     model = nnx.merge(graphdef, params)
     token_valid = token_valid.astype(jnp.bool_)
@@ -130,12 +133,16 @@ def prefill(params: nnx.State, state: DecodeState, tokens: jax.Array, token_vali
     positions = state.positions[:, None] + jnp.cumsum(steps, axis=1) - 1
     positions = jnp.where(token_valid, positions, 0)
     hidden, cache = _forward_with_cache(model, state.cache, state.write_index, tokens, token_valid,
-                                        positions, window)
+                                        positions, window, inputs)
     has_tokens = token_valid.any(axis=1)
+    next_positions = state.positions + steps.sum(axis=1)
+    if inputs is not None and inputs.position_ids is not None:
+        given = jnp.where(token_valid, jnp.max(inputs.position_ids, axis=0), -1)
+        next_positions = jnp.where(has_tokens, jnp.max(given, axis=1) + 1, state.positions)
     return state.replace(
         cache=cache,
         write_index=state.write_index + tokens.shape[1],
-        positions=state.positions + steps.sum(axis=1),
+        positions=next_positions,
         logits=model.logits(hidden[:, -1:])[:, 0],
         done=~has_tokens,
         num_generated=jnp.zeros_like(state.num_generated),

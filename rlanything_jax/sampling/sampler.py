@@ -21,7 +21,8 @@ from flax import nnx
 from jax.sharding import Mesh
 
 from rlanything_jax import sharding as sharding_lib
-from rlanything_jax.interfaces import CausalLM
+from rlanything_jax.interfaces import CausalLM, ModelInputs
+from rlanything_jax.models.qwen3_vl.processor import ImageInput, get_rope_index
 from rlanything_jax.sampling import decode as decode_lib
 from rlanything_jax.sampling.stops import Completion, finish_rows
 from rlanything_jax.sampling.strategies import Greedy, SamplingStrategy
@@ -89,6 +90,7 @@ class Sampler:
         # Real (non-padding) "rows" and "tokens" sent through prefill: shows what replication saves.
         self.prefilled: collections.Counter[str] = collections.Counter()
         self._programs: dict[tuple, Any] = {}
+        self.vl_config = getattr(model, "vl_config", None)   # set for vision-language models (Qwen3-VL)
 
     # ------------------------------------------------------------------ weights
 
@@ -129,6 +131,13 @@ class Sampler:
                 counter["prefill"] += 1  # runs once per trace, i.e. per compilation
                 return decode_lib.prefill(params, state, tokens, valid, graphdef=self.graphdef, **static)
             in_shardings = (self._param_shardings, state_shardings, batch_2d, batch_2d)
+        elif kind == "prefill_images":
+            static.pop("image_tokens")   # only a cache key: the embeddings' bucketed row count
+
+            def program(params, state, tokens, valid, inputs):
+                counter["prefill_images"] += 1
+                return decode_lib.prefill(params, state, tokens, valid, inputs, graphdef=self.graphdef, **static)
+            in_shardings = (self._param_shardings, state_shardings, batch_2d, batch_2d, None)
         elif kind == "decode":
             def program(params, state, max_new_tokens):
                 counter["decode"] += 1
@@ -156,11 +165,14 @@ class Sampler:
     # ------------------------------------------------------------------ conversations
 
     def start(self, prompts: Sequence[Sequence[int]], max_new_tokens: int,
-              cache_length: int | None = None, num_samples: int = 1) -> Conversation:
+              cache_length: int | None = None, num_samples: int = 1,
+              images: Sequence[Sequence[ImageInput]] | None = None) -> Conversation:
         """Prefills a batch of token-id prompts into a fresh cache.
 
         With num_samples = k, each prompt is prefilled once and its cache row copied k
         times: the conversation has k rows per prompt, prompt-major (prompt 0's k rows first).
+        A vision-language model's prompts may hold images: `images[row]` are that row's, in
+        order, each matching a run of image pads in the prompt (`processor.prepare_prompt`).
         """
         if not prompts or any(len(p) == 0 for p in prompts):
             raise ValueError("every prompt needs at least one token")
@@ -178,7 +190,7 @@ class Sampler:
                                              bucket_length(max_new_tokens, 16), self.cache_dtype)
         state = jax.device_put(state, self._state_shardings(state))
         conversation = Conversation(state=state, num_rows=len(prompts))
-        self._append(conversation, prompts, prompt_length)
+        self._append(conversation, prompts, prompt_length, images)
         if num_samples > 1:
             self._replicate(conversation, num_samples)
         return conversation
@@ -190,17 +202,20 @@ class Sampler:
                                      jnp.asarray(num_samples, jnp.int32))
         conversation.num_rows = rows
 
-    def extend(self, conversation: Conversation, new_tokens: Sequence[Sequence[int]]) -> None:
-        """Appends each row's next tokens (e.g. the next observation); rows given [] sit the turn out."""
+    def extend(self, conversation: Conversation, new_tokens: Sequence[Sequence[int]],
+               images: Sequence[Sequence[ImageInput]] | None = None) -> None:
+        """Appends each row's next tokens (e.g. the next observation, with `images[row]` for a vision-language
+        model: a new screenshot); rows given [] sit the turn out. The history is not read again."""
         if len(new_tokens) != conversation.num_rows:
             raise ValueError(f"extend needs one token list per row ({conversation.num_rows}), got {len(new_tokens)}")
         length = bucket_length(max(len(t) for t in new_tokens), 1)
         if conversation.used_columns + length > conversation.cache_length:
             raise ValueError(f"the conversation's cache is full: {conversation.used_columns} + {length} columns "
                              f"exceed its length {conversation.cache_length}")
-        self._append(conversation, new_tokens, length)
+        self._append(conversation, new_tokens, length, images)
 
-    def _append(self, conversation: Conversation, token_lists: Sequence[Sequence[int]], length: int) -> None:
+    def _append(self, conversation: Conversation, token_lists: Sequence[Sequence[int]], length: int,
+                images: Sequence[Sequence[ImageInput]] | None = None) -> None:
         state = conversation.state
         batch = state.done.shape[0]
         tokens = np.full((batch, length), self.config.pad_token_id, np.int32)
@@ -211,10 +226,57 @@ class Sampler:
                 valid[row, length - len(ids):] = 1
         windows = window_buckets(conversation.cache_length, self.config.min_window)
         window = next(w for w in windows if w >= conversation.used_columns + length)
-        program = self._program("prefill", state, window=window)
         self.prefilled.update(rows=sum(1 for ids in token_lists if ids),
                               tokens=sum(len(ids) for ids in token_lists))
+        if images is not None and any(images):
+            inputs = self._image_inputs(state, tokens, valid, images)
+            program = self._program("prefill_images", state, window=window, image_tokens=inputs.embeddings.shape[0])
+            conversation.state = program(self.params, state, tokens, valid, inputs)
+            return
+        program = self._program("prefill", state, window=window)
         conversation.state = program(self.params, state, tokens, valid)
+
+    # ------------------------------------------------------------------ images
+
+    def _image_features(self, image: ImageInput) -> tuple[jax.Array, jax.Array]:
+        """Embeddings and DeepStack features of one image: one vision program per image grid."""
+        grids = (tuple(int(v) for v in image.grid_thw),)
+        key = ("vision", grids)
+        if key not in self._programs:
+            counter, graphdef = self.compilations, self.graphdef
+
+            def program(params, pixel_values):
+                counter["vision"] += 1
+                model = nnx.merge(graphdef, params)
+                return model.visual(pixel_values.astype(model.dtype), grids)
+
+            self._programs[key] = jax.jit(program, in_shardings=(self._param_shardings, None))
+        return self._programs[key](self.params, jnp.asarray(image.pixel_values))
+
+    def _image_inputs(self, state: decode_lib.DecodeState, tokens: np.ndarray, valid: np.ndarray,
+                      images: Sequence[Sequence[ImageInput]]) -> ModelInputs:
+        """Image embeddings (each image through the vision tower once, rows padded to a bucket so that
+        prefills compile per bucket) and M-RoPE positions continuing each row's position."""
+        if self.vl_config is None:
+            raise ValueError("images need a vision-language model (one with a vl_config)")
+        cfg = self.vl_config
+        flat = [image for row in images for image in row]
+        features = [self._image_features(image) for image in flat]
+        embeddings = jnp.concatenate([f[0] for f in features], axis=0)
+        deepstack = jnp.concatenate([f[1] for f in features], axis=1)
+        count = embeddings.shape[0]
+        bucket = bucket_length(count, 16)
+        embeddings = jnp.pad(embeddings, ((0, bucket - count), (0, 0)))
+        deepstack = jnp.pad(deepstack, ((0, 0), (0, bucket - count), (0, 0)))
+        placeholder = (tokens == cfg.image_token_id) & valid.astype(bool)
+        if int(placeholder.sum()) != count:
+            raise ValueError(f"the new tokens hold {int(placeholder.sum())} image pads for {count} image tokens")
+        grids = np.asarray([image.grid_thw for image in flat], np.int64).reshape(-1, 3)
+        positions, _ = get_rope_index(tokens, grids, cfg.image_token_id, valid, cfg.vision.spatial_merge_size)
+        offsets = np.asarray(jax.device_get(state.positions))[None, :, None]
+        positions = np.where(valid[None].astype(bool), positions + offsets, 0).astype(np.int32)
+        return ModelInputs(embeddings=embeddings, placeholder=jnp.asarray(placeholder),
+                           position_ids=jnp.asarray(positions), deepstack=deepstack)
 
     def decode(self, conversation: Conversation, max_new_tokens: int, strategy: SamplingStrategy = Greedy(),
                seed: int = 0, stop_token_ids: Sequence[int] | None = None,

@@ -1,0 +1,162 @@
+"""Qwen3-VL: the project's Qwen3 `Decoder` with image embeddings, interleaved M-RoPE and DeepStack.
+
+The model *is* a `Decoder` (a subclass): its text layers, norms, output layer, log-probabilities
+and the sampler/train-step protocol (`interfaces.CausalLM`) are the decoder's own. It adds the
+vision tower and overrides `run_layers` to (1) put image embeddings at the `<|image_pad|>`
+positions, (2) rotate by M-RoPE when `inputs.position_ids` [3, B, T] are given (text-only input
+keeps ordinary RoPE, which M-RoPE reduces to when all three axes are equal) and (3) add the
+DeepStack features to the outputs of the first layers at the same positions.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from rlanything_jax.interfaces import AttendFn, ModelInputs
+from rlanything_jax.models.decoder import Decoder, _check_last
+from rlanything_jax.models.qwen3_vl import processor
+from rlanything_jax.models.qwen3_vl.config import Qwen3VLConfig
+from rlanything_jax.models.qwen3_vl.vision import VisionTower
+from rlanything_jax.models.rope import inverse_frequencies
+
+
+def mrope_axis_of_frequency(mrope_section: Sequence[int], num_frequencies: int) -> np.ndarray:
+    """Which position axis (0 temporal, 1 height, 2 width) drives each rotary frequency: interleaved
+    T H W T H W ..., height and width for their first `section` turns, temporal for the rest."""
+    index = np.arange(num_frequencies)
+    axis = np.zeros(num_frequencies, np.int32)
+    axis[(index % 3 == 1) & (index < 3 * mrope_section[1])] = 1
+    axis[(index % 3 == 2) & (index < 3 * mrope_section[2])] = 2
+    return axis
+
+
+def mrope_cos_sin(position_ids: jax.Array, inv_freq: np.ndarray,
+                  mrope_section: Sequence[int]) -> tuple[jax.Array, jax.Array]:
+    """cos, sin [B, T, head_dim] float32 for M-RoPE positions [3, B, T]."""
+    angles = position_ids.astype(jnp.float32)[..., None] * jnp.asarray(inv_freq)   # [3, B, T, F]
+    axis = jnp.asarray(mrope_axis_of_frequency(mrope_section, inv_freq.shape[0]))
+    chosen = jnp.where(axis == 0, angles[0], jnp.where(axis == 1, angles[1], angles[2]))
+    chosen = jnp.concatenate([chosen, chosen], axis=-1)
+    return jnp.cos(chosen), jnp.sin(chosen)
+
+
+def _placeholder_rows(placeholder: jax.Array, per_row: bool) -> jax.Array:
+    """For each position, the index of its value among the placeholders: in row-major order over the
+    batch, or (`per_row`) within its own row."""
+    if per_row:
+        return jnp.maximum(jnp.cumsum(placeholder.astype(jnp.int32), axis=1) - 1, 0)
+    flat = placeholder.reshape(-1).astype(jnp.int32)
+    return jnp.maximum(jnp.cumsum(flat) - 1, 0).reshape(placeholder.shape)
+
+
+def scatter_at_placeholders(x: jax.Array, placeholder: jax.Array, rows: jax.Array, values: jax.Array) -> jax.Array:
+    """x [B, T, E] with position (b, t) replaced by values[rows[b, t]] (values [N, E]) or values[b, rows[b, t]]
+    (values [B, K, E], each row's own) wherever placeholder[b, t]."""
+    values = values.astype(x.dtype)
+    if values.ndim == 3:
+        picked = jnp.take_along_axis(values, rows[..., None], axis=1)
+    else:
+        picked = jnp.take(values, rows, axis=0)
+    return jnp.where(placeholder[..., None], picked, x)
+
+
+class Qwen3VL(Decoder):
+    """`model(input_ids, attention_mask=None, pixel_values=None, image_grid_thw=None) -> logits [B, T, vocab]`,
+    as transformers' `Qwen3VLForConditionalGeneration` (image pads already expanded in input_ids)."""
+
+    def __init__(self, cfg: Qwen3VLConfig, *, dtype=jnp.float32, param_dtype=jnp.float32,
+                 rngs: nnx.Rngs | None = None):
+        rngs = rngs if rngs is not None else nnx.Rngs(0)
+        super().__init__(cfg.text, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        self.vl_config = cfg
+        self.visual = VisionTower(cfg.vision, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+
+    def image_features(self, pixel_values: jax.Array, image_grid_thw: np.ndarray) -> tuple[jax.Array, jax.Array]:
+        """Image embeddings [N, embed] (N = image tokens of all images, in order) and DeepStack features
+        [levels, N, embed]. `image_grid_thw` is host data: it fixes the shapes."""
+        grids = tuple(tuple(int(v) for v in grid) for grid in np.asarray(image_grid_thw).reshape(-1, 3))
+        return _vision_tower(self.visual, pixel_values.astype(self.dtype), grids)
+
+    def run_layers(self, input_ids: jax.Array, positions: jax.Array, attend: AttendFn, carry: Any,
+                   last: int | None = None, inputs: ModelInputs | None = None) -> tuple[jax.Array, Any]:
+        _check_last(last, input_ids.shape[1])
+        inputs = inputs if inputs is not None else ModelInputs()
+        x = self.embed_tokens(input_ids)
+        if inputs.position_ids is not None:
+            inv_freq, _ = inverse_frequencies(self.config.rope, self.config.head_dim)
+            cos, sin = mrope_cos_sin(inputs.position_ids, inv_freq, self.vl_config.mrope_section)
+        else:
+            cos, sin = self.rope(positions)
+        after_layer = None
+        if inputs.embeddings is not None:
+            placeholder = inputs.placeholder.astype(jnp.bool_)
+            rows = _placeholder_rows(placeholder, per_row=inputs.embeddings.ndim == 3)
+            x = scatter_at_placeholders(x, placeholder, rows, inputs.embeddings)
+            deepstack = inputs.deepstack
+
+            def after_layer(index: int, hidden: jax.Array) -> jax.Array:
+                if deepstack is None or index >= deepstack.shape[0]:
+                    return hidden
+                # Features to add at the placeholders, 0 elsewhere; the final layer may keep only the last columns.
+                added = scatter_at_placeholders(jnp.zeros_like(x), placeholder, rows, deepstack[index])
+                return hidden + added[:, x.shape[1] - hidden.shape[1]:]
+
+        return self.run_embedded(x, cos, sin, attend, carry, last, after_layer)
+
+    def row_inputs(self, input_ids: jax.Array, mrope_positions: jax.Array, pixel_values: jax.Array | None = None,
+                   image_grid: tuple[int, int, int] | None = None, embeddings: jax.Array | None = None,
+                   deepstack: jax.Array | None = None) -> ModelInputs:
+        """`ModelInputs` of a train batch whose rows carry their own images (traceable): M-RoPE positions
+        [B, 3, T] and either pixel_values [B, M, patches, patch_dim] of one `image_grid` (run through the
+        vision tower here) or cached features, embeddings [B, K, embed] and deepstack [B, levels, K, embed]."""
+        if pixel_values is not None:
+            rows, slots = pixel_values.shape[:2]
+            flat = pixel_values.reshape(-1, pixel_values.shape[-1]).astype(self.dtype)
+            image_embeddings, image_deepstack = self.visual(flat, (tuple(image_grid),) * (rows * slots))
+            embeddings = image_embeddings.reshape(rows, -1, image_embeddings.shape[-1])
+            deepstack = image_deepstack.reshape(image_deepstack.shape[0], rows, -1, image_deepstack.shape[-1])
+        else:
+            deepstack = jnp.moveaxis(deepstack, 1, 0)
+        return ModelInputs(embeddings=embeddings, placeholder=input_ids == self.vl_config.image_token_id,
+                           position_ids=jnp.moveaxis(mrope_positions, 1, 0), deepstack=deepstack)
+
+    def multimodal_inputs(self, input_ids: np.ndarray, attention_mask: np.ndarray | None,
+                          pixel_values: jax.Array | None, image_grid_thw: np.ndarray | None) -> ModelInputs | None:
+        """The `ModelInputs` of a batch whose image pads are expanded: vision features and (host-computed)
+        M-RoPE positions. None for text-only input."""
+        if pixel_values is None:
+            return None
+        cfg = self.vl_config
+        position_ids, _ = processor.get_rope_index(np.asarray(input_ids), np.asarray(image_grid_thw),
+                                                   cfg.image_token_id, attention_mask,
+                                                   cfg.vision.spatial_merge_size)
+        embeddings, deepstack = self.image_features(jnp.asarray(pixel_values), image_grid_thw)
+        placeholder = jnp.asarray(np.asarray(input_ids) == cfg.image_token_id)
+        if int(placeholder.sum()) != embeddings.shape[0]:
+            raise ValueError(f"{int(placeholder.sum())} image pad tokens for {embeddings.shape[0]} image tokens")
+        return ModelInputs(embeddings=embeddings, placeholder=placeholder, position_ids=jnp.asarray(position_ids),
+                           deepstack=deepstack)
+
+    def __call__(self, input_ids: jax.Array, attention_mask: jax.Array | None = None,
+                 pixel_values: jax.Array | None = None, image_grid_thw: np.ndarray | None = None) -> jax.Array:
+        mask = None if attention_mask is None else np.asarray(attention_mask)
+        inputs = self.multimodal_inputs(np.asarray(input_ids), mask, pixel_values, image_grid_thw)
+        mask = jnp.ones(np.shape(input_ids), jnp.int32) if mask is None else jnp.asarray(mask, jnp.int32)
+        return _forward_logits(self, jnp.asarray(input_ids, jnp.int32), mask, inputs)
+
+
+# One compiled program per (model, shapes); the image grids are static because they fix the shapes.
+@nnx.jit(static_argnums=(2,))
+def _vision_tower(tower: VisionTower, pixel_values: jax.Array, grids: tuple) -> tuple[jax.Array, jax.Array]:
+    return tower(pixel_values, grids)
+
+
+@nnx.jit
+def _forward_logits(model: Qwen3VL, input_ids: jax.Array, attention_mask: jax.Array,
+                    inputs: ModelInputs | None) -> jax.Array:
+    return model.logits(model.hidden_states(input_ids, attention_mask, inputs=inputs))

@@ -1,0 +1,48 @@
+"""Training a vision-language policy or reward model with its vision tower frozen.
+
+The default trains every parameter, as the reference does. With `model.freeze_vision`, the
+optimizer leaves the tower alone (`freeze_vision`) and a batch's images can go through the
+tower once, outside the train step (`with_cached_image_features`): every epoch and
+micro-batch then reads the cached features instead of re-running the tower.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+
+from rlanything_jax.rl.train_step import TrainBatch
+
+VISION_TOWER = "visual"   # the vision tower's attribute name in `models.qwen3_vl.Qwen3VL`
+
+
+def _in_vision_tower(path) -> bool:
+    first = path[0] if path else None
+    return getattr(first, "key", None) == VISION_TOWER
+
+
+def freeze_vision(tx: optax.GradientTransformation) -> optax.GradientTransformation:
+    """`tx` for the parameters outside the vision tower; the tower's updates are zero (no weight decay either)."""
+
+    def labels(params):
+        return jax.tree_util.tree_map_with_path(lambda path, _: "frozen" if _in_vision_tower(path) else "trained",
+                                                params)
+
+    return optax.multi_transform({"trained": tx, "frozen": optax.set_to_zero()}, labels)
+
+
+def with_cached_image_features(graphdef: nnx.GraphDef, params: nnx.State, batch: TrainBatch,
+                               image_grid: tuple[int, int, int]) -> TrainBatch:
+    """The batch with its pixel_values [N, M, patches, patch_dim] replaced by their vision features
+    (image_embeddings [N, K, embed], image_deepstack [N, levels, K, embed]); traceable."""
+    model = nnx.merge(graphdef, params)
+    pixel_values = batch.pixel_values
+    rows, slots = pixel_values.shape[:2]
+    flat = jnp.asarray(pixel_values).reshape(-1, pixel_values.shape[-1]).astype(model.dtype)
+    embeddings, deepstack = model.visual(flat, (tuple(image_grid),) * (rows * slots))
+    deepstack = deepstack.reshape(deepstack.shape[0], rows, -1, deepstack.shape[-1])
+    return batch.replace(pixel_values=None,
+                         image_embeddings=jax.lax.stop_gradient(embeddings.reshape(rows, -1, embeddings.shape[-1])),
+                         image_deepstack=jax.lax.stop_gradient(jnp.moveaxis(deepstack, 0, 1)))

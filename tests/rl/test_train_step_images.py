@@ -1,0 +1,102 @@
+"""The train step on vision-language examples: target log-probabilities equal transformers' (through the
+vision tower and from cached features), and a few updates lower the loss with the tower trained or frozen."""
+
+import functools
+
+import jax
+import numpy as np
+import optax
+import pytest
+import torch
+from flax import nnx
+
+from rlanything_jax.models import load_pretrained
+from rlanything_jax.models.qwen3_vl import processor
+from rlanything_jax.rl.data import DataConfig, Example, collate
+from rlanything_jax.rl.train_state import init_train_state
+from rlanything_jax.rl.train_step import TrainSpec, token_logprobs, train_step
+from rlanything_jax.rl.vision import freeze_vision, with_cached_image_features
+from tests.models.qwen3_vl import vl_reference
+from tests.models.qwen3_vl.vl_reference import END, IMAGE, START
+
+pytestmark = pytest.mark.slow   # compiles train steps of a tiny Qwen3-VL
+
+DATA = DataConfig(batch_size=4, max_prompt_tokens=512, max_response_tokens=16, eos_id=7, image_token_id=IMAGE,
+                  aggregation="sequence_mean")
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    path = tmp_path_factory.mktemp("qwen3_vl")
+    return vl_reference.build("tied-gqa4-deepstack1", path, seed=31), load_pretrained(path)
+
+
+def _examples():
+    """Two rows with one and two same-size screenshots, one text-only row."""
+    rng = np.random.default_rng(0)
+    out = []
+    for count, advantage in [(1, 1.0), (2, -0.5), (0, 0.8)]:
+        ids = list(rng.integers(10, 400, 3))
+        for _ in range(count):
+            ids += [START, IMAGE, END] + list(rng.integers(10, 400, 2))
+        prompt, images = processor.prepare_prompt(ids, vl_reference.images([(64, 96)] * count, seed=count), IMAGE)
+        response = list(rng.integers(10, 400, 5)) + [7]
+        out.append(Example(prompt, response, advantage, [-3.0] * len(response), images=images or None))
+    return out
+
+
+def test_target_logprobs_equal_transformers_with_the_tower_and_from_cached_features(tiny):
+    torch_model, model = tiny
+    examples = _examples()
+    batch = collate(examples, DATA)
+    grid = examples[0].images[0].grid_thw
+    graphdef, params = nnx.split(model)
+    through_tower = np.asarray(jax.jit(functools.partial(token_logprobs, graphdef, image_grid=grid))(
+        params, batch.input_ids, batch.attention_mask, batch.targets, None, batch))
+    cached = jax.jit(functools.partial(with_cached_image_features, graphdef, image_grid=grid))(params, batch)
+    from_cache = np.asarray(jax.jit(functools.partial(token_logprobs, graphdef))(
+        params, batch.input_ids, batch.attention_mask, batch.targets, None, cached))
+    window = batch.targets.shape[1]
+    for row, example in enumerate(examples):
+        sequence = np.asarray([list(example.prompt_ids) + list(example.response_ids)])
+        count = len(example.images or ())
+        pixel_values, grids = processor.preprocess_images(vl_reference.images([(64, 96)] * count, seed=count))
+        logits = vl_reference.reference_logits(torch_model, sequence, np.ones_like(sequence),
+                                               pixel_values if count else None, grids if count else None)
+        log_probs = torch.log_softmax(torch.tensor(logits[0]), -1).numpy()
+        n = len(example.response_ids)
+        expected = [log_probs[len(example.prompt_ids) - 1 + i, t] for i, t in enumerate(example.response_ids)]
+        valid = batch.loss_mask[row] > 0
+        assert valid.sum() == n
+        np.testing.assert_allclose(through_tower[row][valid], expected, atol=1e-4, rtol=0)
+        np.testing.assert_allclose(from_cache[row][valid], expected, atol=1e-4, rtol=0)
+    assert window <= batch.input_ids.shape[1]
+
+
+@pytest.mark.parametrize("frozen", [False, True])
+def test_updates_lower_the_loss(tiny, frozen):
+    _, model = tiny
+    examples = _examples()
+    batch = collate(examples, DATA)
+    grid = examples[0].images[0].grid_thw
+    graphdef, params = nnx.split(model, nnx.Param)[0], nnx.state(model, nnx.Param)
+    tx = optax.adam(3e-3)
+    if frozen:
+        tx = freeze_vision(tx)
+        batch = jax.jit(functools.partial(with_cached_image_features, graphdef, image_grid=grid))(params, batch)
+    spec = TrainSpec(graphdef, tx, image_grid=None if frozen else grid)
+    # On-policy old log-probabilities: the first step's ratio is 1.
+    old = jax.jit(functools.partial(token_logprobs, graphdef, image_grid=spec.image_grid))(
+        params, batch.input_ids, batch.attention_mask, batch.targets, None, batch)
+    batch = batch.replace(old_logp=old)
+    state = init_train_state(params, tx)
+    step = jax.jit(lambda s, b: train_step(s, b, spec))
+    losses = []
+    for _ in range(3):
+        state, metrics = step(state, batch)
+        losses.append(float(metrics["loss"]))
+    assert losses[-1] < losses[0] - 1e-3, losses
+    before, after = params["visual"], state.params["visual"]
+    changed = [not np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(jax.tree.leaves(before),
+                                                                               jax.tree.leaves(after))]
+    assert not any(changed) if frozen else all(changed)
