@@ -2,6 +2,7 @@
 scoring 1 and doing nothing scoring 0 on a real desktop."""
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -11,6 +12,8 @@ from rlanything_jax.scenarios.osworld.episodes import play_tool_calls
 from rlanything_jax.scenarios.osworld.task_families import FAMILIES, build_task, rewrite
 from rlanything_jax.scenarios.osworld.tasks import load_task_dir, task_from_json
 from tests.scenarios.osworld.conftest import require_desktop_packages
+
+WORKERS = 3
 
 
 def test_the_files_are_the_generators_tasks_and_all_load():
@@ -45,15 +48,23 @@ def test_rewrites_move_the_difficulty_knob():
 def test_every_expert_scores_one_and_doing_nothing_scores_zero(split, desktop_root, tmp_path):
     require_desktop_packages()
     settings = DesktopEnvSettings(runtime_root=desktop_root, cache_root=str(tmp_path), settle_s=0.5)
-    env = OsWorldEnv()
-    failures = []
-    try:
-        for data in bundled_tasks(split):
-            task = make_env_task(task_from_json(data), settings)
-            expert = play_tool_calls(env, task, data["rla_expert"])
-            nothing = play_tool_calls(env, task, [{"action": "terminate", "status": "success"}])
-            if (expert.score, nothing.score) != (1.0, 0.0):
-                failures.append((data["id"], expert.evaluation, nothing.evaluation))
-    finally:
-        env.close()
+    tasks = bundled_tasks(split)
+
+    def check(worker: int) -> list:
+        # Each worker owns a desktop and plays every third task: an episode mostly waits (terminal
+        # start, settling), so three sessions side by side take about a third of the time.
+        env, failures = OsWorldEnv(), []
+        try:
+            for data in tasks[worker::WORKERS]:
+                task = make_env_task(task_from_json(data), settings)
+                expert = play_tool_calls(env, task, data["rla_expert"])
+                nothing = play_tool_calls(env, task, [{"action": "terminate", "status": "success"}])
+                if (expert.score, nothing.score) != (1.0, 0.0):
+                    failures.append((data["id"], expert.evaluation, nothing.evaluation))
+        finally:
+            env.close()
+        return failures
+
+    with ThreadPoolExecutor(WORKERS) as pool:
+        failures = [failure for part in pool.map(check, range(WORKERS)) for failure in part]
     assert failures == []
