@@ -26,6 +26,7 @@ from rlanything_jax.models.registry import resolve_model_dir
 from rlanything_jax.models.scratch import CHATML_TEMPLATE, build_scratch_model_dir
 from rlanything_jax.models.tokenizer import Tokenizer
 from rlanything_jax.rl.phase import Learner
+from rlanything_jax.rl.vision import ImageTraining
 from rlanything_jax.sampling.sampler import Sampler, SamplerConfig
 from rlanything_jax.scenarios import make_scenario
 from rlanything_jax.seeds import derive_rng, derive_seed
@@ -109,7 +110,8 @@ def sampler_for(cfg: RunConfig, model, tokenizer, mesh) -> Sampler:
 def learner_for(cfg: RunConfig, role: str, model, tokenizer, mesh) -> Learner:
     graphdef, _ = nnx.split(model)
     return Learner(graphdef=graphdef, train_config=getattr(cfg.train, role), mesh=mesh, eos_id=tokenizer.eos_id,
-                   pad_id=tokenizer.pad_id, rules=cfg.sharding.logical_axis_rules)
+                   pad_id=tokenizer.pad_id, rules=cfg.sharding.logical_axis_rules,
+                   images=ImageTraining.of(model, freeze_vision=cfg.model.freeze_vision))
 
 
 def build_mesh(cfg: RunConfig):

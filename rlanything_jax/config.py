@@ -56,6 +56,13 @@ class ModelsConfig:
     reward: ModelConfig = ModelConfig()
     environment: ModelConfig = ModelConfig()   # the frozen task-rewriting LLM
     scratch: ScratchArchitecture = ScratchArchitecture(vocab_size=1024)  # models whose path is "scratch"
+    # Vision-language models (Qwen3-VL): False trains every parameter, as the reference does; True leaves
+    # the policy's and the reward model's vision towers as loaded (their optimizer skips them, and each
+    # batch's images go through the tower once, with no gradient, instead of inside the train step).
+    freeze_vision: bool = False
+
+    def __post_init__(self):
+        validation.boolean("freeze_vision", self.freeze_vision)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -314,7 +314,8 @@ def _image_arrays(examples: Sequence[Example], ids: np.ndarray, attention: np.nd
         row_grids = np.asarray([image.grid_thw for image in row_images], np.int64).reshape(-1, 3)
         positions[row] = get_rope_index(ids[row:row + 1], row_grids, cfg.image_token_id, attention[row:row + 1],
                                         cfg.merge_size)[0][:, 0]
-    return dict(mrope_positions=positions, pixel_values=pixel_values)
+    return dict(mrope_positions=positions, pixel_values=pixel_values,
+                image_grid=tuple(int(v) for v in first.grid_thw))
 
 
 class BatchIterator:

@@ -30,7 +30,8 @@ from rlanything_jax import sharding as sharding_lib
 from rlanything_jax.rl.data import BatchIterator, DataConfig, Example
 from rlanything_jax.rl.train_config import TrainConfig
 from rlanything_jax.rl.train_state import TrainState, init_train_state, make_optimizer, reset_optimizer
-from rlanything_jax.rl.train_step import TrainSpec, jit_train_step
+from rlanything_jax.rl.train_step import TrainBatch, TrainSpec, jit_train_step
+from rlanything_jax.rl.vision import ImageTraining, freeze_vision, with_cached_image_features
 from rlanything_jax.seeds import derive_seed
 
 # How the phase combines its updates' metrics: means weighted by each update's loss weight or trained
@@ -51,27 +52,43 @@ class Learner:
     eos_id: int
     pad_id: int
     rules: sharding_lib.Rules = sharding_lib.DEFAULT_LOGICAL_AXIS_RULES
+    # A vision-language model's: examples may carry images; with `freeze_vision` the tower is not trained.
+    images: ImageTraining | None = None
     compiled: dict = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
         self.train_config = TrainConfig.of(self.train_config)
         self.tx = make_optimizer(self.train_config)
+        if self.images is not None and self.images.freeze_vision:
+            self.tx = freeze_vision(self.tx)
 
     def fresh_state(self, params) -> TrainState:
         """A new train state at `params` for this learner: its optimizer, and a frozen copy of `params` as
         the KL's reference when `kl_reference="initial"`."""
         return init_train_state(params, self.tx, frozen_reference=self.train_config.kl_reference == "initial")
 
-    def _step_fn(self, state: TrainState, batch, num_micro: int):
+    def _step_fn(self, state: TrainState, batch: TrainBatch, num_micro: int):
+        pixel_grid = batch.image_grid if batch.pixel_values is not None else None   # images through the tower
         key = (num_micro,) + tuple(batch.input_ids.shape) + (batch.targets.shape[1], batch.ref_logp is None,
-                                                              state.reference is None)
+                                                              state.reference is None, batch.image_grid,
+                                                              pixel_grid is None)
         if key not in self.compiled:
             cfg = self.train_config
             # The batch's loss weights carry cfg.aggregation (see the module docstring).
             spec = TrainSpec(graphdef=self.graphdef, tx=self.tx, clip_eps=cfg.clip_eps, kl_beta=cfg.kl_beta,
-                             aggregation="token_mean", num_micro_batches=num_micro)
+                             aggregation="token_mean", num_micro_batches=num_micro, image_grid=pixel_grid)
             self.compiled[key] = jit_train_step(spec, state, batch, self.mesh, self.rules)
         return self.compiled[key]
+
+    def with_frozen_features(self, params, batch: TrainBatch) -> TrainBatch:
+        """With a frozen tower, the batch's images replaced by their features (one tower forward, no
+        gradient): the step then never runs the tower. Otherwise the batch as it is."""
+        if self.images is None or not self.images.freeze_vision or batch.pixel_values is None:
+            return batch
+        key = ("vision_features", batch.image_grid) + tuple(batch.pixel_values.shape)
+        if key not in self.compiled:
+            self.compiled[key] = jax.jit(lambda p, b: with_cached_image_features(self.graphdef, p, b))
+        return self.compiled[key](params, batch)
 
     def train(self, state: TrainState, examples: Sequence[Example], seed: int, metrics: Counter,
               prefix: str) -> tuple[TrainState, dict[str, float]]:
@@ -117,7 +134,9 @@ def train_phase(learner: Learner, state: TrainState, examples: Sequence[Example]
     data_cfg = DataConfig(batch_size=1, max_prompt_tokens=cfg.max_prompt_tokens,
                           max_response_tokens=cfg.max_response_tokens, eos_id=learner.eos_id,
                           pad_id=learner.pad_id, overlong_prompt=cfg.overlong_prompt,
-                          append_eos=cfg.append_eos, aggregation=cfg.aggregation, seed=seed)
+                          append_eos=cfg.append_eos, aggregation=cfg.aggregation, seed=seed,
+                          image_token_id=None if learner.images is None else learner.images.image_token_id,
+                          merge_size=2 if learner.images is None else learner.images.merge_size)
     probe = BatchIterator(examples, data_cfg)  # applies the length rules once, for the counts
     for name, count in probe.counts.items():
         metrics[f"{prefix}_data/{name}"] += count
@@ -132,6 +151,7 @@ def train_phase(learner: Learner, state: TrainState, examples: Sequence[Example]
         batches = BatchIterator(kept, dataclasses.replace(data_cfg, batch_size=num_micro * cfg.micro_batch_size,
                                                           seed=epoch_seed(seed, epoch)))
         for batch in batches:
+            batch = learner.with_frozen_features(state.params, batch)
             step_fn = learner._step_fn(state, batch, num_micro)
             state, step_metrics = step_fn(state, batch)
             update_metrics.append({name: float(np.asarray(value))

@@ -66,7 +66,11 @@ def train_state_shardings(state_shapes: TrainState, tx: optax.GradientTransforma
     params, everything else (step, counts) replicated."""
     param_shardings = sharding_lib.state_shardings(state_shapes.params, mesh, rules)
     replicated = NamedSharding(mesh, PartitionSpec())
-    opt_shardings = optax.tree_map_params(tx, lambda _, sharding: sharding, state_shapes.opt_state,
-                                          param_shardings, transform_non_params=lambda _: replicated)
+    # A transform that skips some parameters (`rl/vision.freeze_vision`'s multi_transform) holds an empty
+    # MaskedNode in place of their moments: it stays one.
+    opt_shardings = optax.tree_map_params(
+        tx, lambda leaf, sharding: leaf if isinstance(leaf, optax.MaskedNode) else sharding,
+        state_shapes.opt_state, param_shardings, transform_non_params=lambda _: replicated,
+        is_leaf=lambda x: isinstance(x, optax.MaskedNode))
     return TrainState(step=replicated, params=param_shardings, opt_state=opt_shardings,
                       reference=None if state_shapes.reference is None else param_shardings)

@@ -22,6 +22,7 @@ micro-batches) gives the update, loss and diagnostics of the batch taken at once
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import MutableMapping
 from typing import Any
 
 import jax
@@ -57,6 +58,8 @@ class TrainBatch:
     pixel_values: jax.Array | None = None
     image_embeddings: jax.Array | None = None
     image_deepstack: jax.Array | None = None
+    # The (t, h, w) patch grid all of the batch's images share: static (it fixes the vision tower's shapes).
+    image_grid: tuple[int, int, int] | None = struct.field(pytree_node=False, default=None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,7 +174,8 @@ policy_train_step = train_step
 reward_model_train_step = train_step
 
 
-def share_prompt_prefixes(batch: TrainBatch, group_size: int, prefix_length: int) -> TrainBatch:
+def share_prompt_prefixes(batch: TrainBatch, group_size: int, prefix_length: int,
+                          counts: MutableMapping[str, int] | None = None) -> TrainBatch:
     """The same batch with each group of `group_size` consecutive rows sharing its first `prefix_length`
     columns as one prefix (a GRPO group: G rollouts of one prompt), so the train step runs that part
     of the forward and backward once per group. The per-token arrays must lie in the remaining
@@ -179,7 +183,15 @@ def share_prompt_prefixes(batch: TrainBatch, group_size: int, prefix_length: int
 
     Not wired into the training loop: `rl/phase.train_phase` shuffles rows across groups and
     never calls it; bench/train_step.py measures what it saves.
+
+    Switched off for a vision-language batch (its rows' image features and M-RoPE positions would have
+    to be split between prefix and rows): the batch comes back unchanged and `counts` gets its rows
+    under "prefix_sharing_off_images".
     """
+    if batch.mrope_positions is not None:
+        if counts is not None:
+            counts["prefix_sharing_off_images"] = counts.get("prefix_sharing_off_images", 0) + batch.input_ids.shape[0]
+        return batch
     ids, mask = np.asarray(batch.input_ids), np.asarray(batch.attention_mask)
     rows, length = ids.shape
     if rows % group_size or not 0 < prefix_length < length:

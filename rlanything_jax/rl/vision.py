@@ -8,6 +8,9 @@ micro-batch then reads the cached features instead of re-running the tower.
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 import optax
@@ -16,6 +19,23 @@ from flax import nnx
 from rlanything_jax.rl.train_step import TrainBatch
 
 VISION_TOWER = "visual"   # the vision tower's attribute name in `models.qwen3_vl.Qwen3VL`
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageTraining:
+    """What a learner of a vision-language model needs for examples with images (`rl/phase.Learner.images`)."""
+
+    image_token_id: int
+    merge_size: int
+    freeze_vision: bool = False   # the config's `model.freeze_vision`
+
+    @classmethod
+    def of(cls, model: Any, freeze_vision: bool = False) -> "ImageTraining | None":
+        """None for a text model (nothing to freeze, no images to read)."""
+        vl_config = getattr(model, "vl_config", None)
+        if vl_config is None:
+            return None
+        return cls(vl_config.image_token_id, vl_config.vision.spatial_merge_size, freeze_vision)
 
 
 def _in_vision_tower(path) -> bool:
@@ -34,9 +54,11 @@ def freeze_vision(tx: optax.GradientTransformation) -> optax.GradientTransformat
 
 
 def with_cached_image_features(graphdef: nnx.GraphDef, params: nnx.State, batch: TrainBatch,
-                               image_grid: tuple[int, int, int]) -> TrainBatch:
+                               image_grid: tuple[int, int, int] | None = None) -> TrainBatch:
     """The batch with its pixel_values [N, M, patches, patch_dim] replaced by their vision features
-    (image_embeddings [N, K, embed], image_deepstack [N, levels, K, embed]); traceable."""
+    (image_embeddings [N, K, embed], image_deepstack [N, levels, K, embed]); traceable. The grid defaults
+    to the batch's own (`TrainBatch.image_grid`)."""
+    image_grid = image_grid if image_grid is not None else batch.image_grid
     model = nnx.merge(graphdef, params)
     pixel_values = batch.pixel_values
     rows, slots = pixel_values.shape[:2]

@@ -12,12 +12,12 @@ from flax import nnx
 
 from rlanything_jax.models import load_pretrained
 from rlanything_jax.models.qwen3_vl import processor
-from rlanything_jax.rl.data import DataConfig, Example, collate
+from rlanything_jax.rl.data import DataConfig, collate
 from rlanything_jax.rl.train_state import init_train_state
 from rlanything_jax.rl.train_step import TrainSpec, token_logprobs, train_step
 from rlanything_jax.rl.vision import freeze_vision, with_cached_image_features
 from tests.models.qwen3_vl import vl_reference
-from tests.models.qwen3_vl.vl_reference import END, IMAGE, START
+from tests.models.qwen3_vl.vl_reference import IMAGE
 
 pytestmark = pytest.mark.slow   # compiles train steps of a tiny Qwen3-VL
 
@@ -31,23 +31,9 @@ def tiny(tmp_path_factory):
     return vl_reference.build("tied-gqa4-deepstack1", path, seed=31), load_pretrained(path)
 
 
-def _examples():
-    """Two rows with one and two same-size screenshots, one text-only row."""
-    rng = np.random.default_rng(0)
-    out = []
-    for count, advantage in [(1, 1.0), (2, -0.5), (0, 0.8)]:
-        ids = list(rng.integers(10, 400, 3))
-        for _ in range(count):
-            ids += [START, IMAGE, END] + list(rng.integers(10, 400, 2))
-        prompt, images = processor.prepare_prompt(ids, vl_reference.images([(64, 96)] * count, seed=count), IMAGE)
-        response = list(rng.integers(10, 400, 5)) + [7]
-        out.append(Example(prompt, response, advantage, [-3.0] * len(response), images=images or None))
-    return out
-
-
 def test_target_logprobs_equal_transformers_with_the_tower_and_from_cached_features(tiny):
     torch_model, model = tiny
-    examples = _examples()
+    examples = vl_reference.screenshot_examples(7)
     batch = collate(examples, DATA)
     grid = examples[0].images[0].grid_thw
     graphdef, params = nnx.split(model)
@@ -76,7 +62,7 @@ def test_target_logprobs_equal_transformers_with_the_tower_and_from_cached_featu
 @pytest.mark.parametrize("frozen", [False, True])
 def test_updates_lower_the_loss(tiny, frozen):
     _, model = tiny
-    examples = _examples()
+    examples = vl_reference.screenshot_examples(7)
     batch = collate(examples, DATA)
     grid = examples[0].images[0].grid_thw
     graphdef, params = nnx.split(model, nnx.Param)[0], nnx.state(model, nnx.Param)

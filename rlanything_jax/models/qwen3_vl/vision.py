@@ -17,11 +17,12 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from rlanything_jax.models import flash
 from rlanything_jax.models.decoder import Projection, _init
 from rlanything_jax.models.qwen3_vl.config import VisionConfig
 
 Grid = tuple[int, int, int]   # (frames, patch rows, patch cols) of one image
-_QUERY_CHUNK = 1024
+_QUERY_CHUNK, _KEY_CHUNK = 256, 512   # score tiles per head (see image_attention)
 
 
 class LayerNorm(nnx.Module):
@@ -100,49 +101,38 @@ def _dense_attention(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
     return jnp.einsum("hqk,khd->qhd", weights, v, preferred_element_type=jnp.float32).astype(v.dtype)
 
 
-def image_attention(q: jax.Array, k: jax.Array, v: jax.Array, chunk: int | None = None) -> jax.Array:
+def image_attention(q: jax.Array, k: jax.Array, v: jax.Array, query_chunk: int | None = None,
+                    key_chunk: int | None = None) -> jax.Array:
     """Full bidirectional attention within one image, [n, heads, head_dim].
 
-    Beyond `chunk` patches it is flash-style: query chunks in sequence, each scanning key chunks with
-    an online softmax, so at most chunk x chunk scores per head exist at a time (they stay in cache:
-    on a CPU this runs about twice as fast as full rows of scores). Each query chunk is
-    rematerialised in the backward."""
+    Beyond `query_chunk` patches it is flash-style (`flash.online_softmax_update`): query chunks in
+    sequence, each scanning key chunks, so at most query_chunk x key_chunk scores per head exist at a
+    time (on a CPU about twice as fast as full rows of scores for a 8160-patch screenshot; tiles from
+    128 x 512 to 1024 x 1024 all ran within 10% of each other there, about 0.7 CPU-s per block on 2
+    cores, mostly the exponentials). Each query chunk is rematerialised in the backward."""
     n = q.shape[0]
-    chunk = chunk or _QUERY_CHUNK
-    if n <= chunk:
+    query_chunk, key_chunk = query_chunk or _QUERY_CHUNK, key_chunk or _KEY_CHUNK
+    if n <= query_chunk:
         return _dense_attention(q, k, v)
-    chunks = -(-n // chunk)
-
-    def blocks(x):
-        return jnp.pad(x, ((0, chunks * chunk - n), (0, 0), (0, 0))).reshape(chunks, chunk, *x.shape[1:])
-
-    key_valid = (jnp.arange(chunks * chunk) < n).reshape(chunks, chunk)
-    keys, values = blocks(k), blocks(v)
     heads, head_dim = q.shape[1:]
+    keys, values = flash.chunks(k, 0, key_chunk), flash.chunks(v, 0, key_chunk)
+    key_valid = flash.chunks(jnp.ones((n,), jnp.bool_), 0, key_chunk)
 
     def one_query_chunk(q_chunk):
         def over_keys(carry, block):
-            running_max, denominator, numerator = carry
             k_block, v_block, valid = block
             logits = jnp.einsum("qhd,khd->hqk", q_chunk, k_block, preferred_element_type=jnp.float32)
-            logits = jnp.where(valid, logits, -jnp.inf)
-            new_max = jnp.maximum(running_max, logits.max(axis=-1))
-            weights = jnp.exp(logits - new_max[..., None])
-            rescale = jnp.exp(running_max - new_max)
-            denominator = denominator * rescale + weights.sum(axis=-1)
-            numerator = numerator * rescale[..., None] + jnp.einsum(
-                "hqk,khd->hqd", weights.astype(v_block.dtype), v_block, preferred_element_type=jnp.float32)
-            return (new_max, denominator, numerator), None
+            logits = jnp.where(valid, logits, flash.MASKED_LOGIT)
+            return flash.online_softmax_update(carry, logits, v_block, "hqk,khd->hqd"), None
 
-        start = (jnp.full((heads, chunk), -jnp.inf, jnp.float32), jnp.zeros((heads, chunk), jnp.float32),
-                 jnp.zeros((heads, chunk, head_dim), jnp.float32))
-        (_, denominator, numerator), _ = jax.lax.scan(over_keys, start, (keys, values, key_valid))
-        return jnp.moveaxis(numerator / denominator[..., None], 0, 1).astype(v.dtype)
+        carry, _ = jax.lax.scan(over_keys, flash.online_softmax_start((heads, query_chunk), head_dim),
+                                (keys, values, key_valid))
+        return jnp.moveaxis(flash.online_softmax_finish(carry), 0, 1).astype(v.dtype)
 
     # Scaling the queries rather than each block's scores saves a pass over them.
     scaled = (q.astype(jnp.float32) * (head_dim ** -0.5)).astype(q.dtype)
-    out = jax.lax.map(jax.checkpoint(one_query_chunk), blocks(scaled))
-    return out.reshape(chunks * chunk, heads, head_dim)[:n]
+    out = jax.lax.map(jax.checkpoint(one_query_chunk), flash.chunks(scaled, 0, query_chunk))
+    return out.reshape(-1, heads, head_dim)[:n]
 
 
 class VisionAttention(nnx.Module):

@@ -56,13 +56,14 @@ def test_text_only_logits_match(models):
 
 
 def test_query_chunked_vision_attention_matches(models, monkeypatch):
-    """Images larger than the query chunk (here 40 patches, so 256 patches make 7 chunks, the last partial)
-    take the chunked path; the features stay those of transformers' full attention."""
+    """Images larger than the query chunk (here 40 patches, so 256 patches make 7 query chunks, and 3 key
+    chunks of 96, the last ones partial) take the chunked path; the features stay those of transformers' full attention."""
     from rlanything_jax.models.qwen3_vl import vision
 
     torch_model, ours = models
     _, _, pixel_values, grid_thw = vl_reference.prompt_batch([2], seed=5)
     monkeypatch.setattr(vision, "_QUERY_CHUNK", 40)
+    monkeypatch.setattr(vision, "_KEY_CHUNK", 96)
     with torch.no_grad():
         expected = torch_model.model.get_image_features(torch.tensor(pixel_values), torch.tensor(grid_thw))
     embeddings, deepstack = ours.image_features(jnp.asarray(pixel_values), grid_thw)

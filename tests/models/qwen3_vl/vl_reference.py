@@ -115,3 +115,20 @@ def reference_logits(model, input_ids, mask, pixel_values=None, grid_thw=None) -
     with torch.no_grad():
         out = model(input_ids=ids, attention_mask=torch.tensor(mask, dtype=torch.long), **kwargs)
     return out.logits.float().numpy()
+
+
+def screenshot_examples(eos: int = 7) -> list:
+    """Train examples: two rows with one and two same-size screenshots, one text-only row; responses end
+    with `eos`."""
+    from rlanything_jax.rl.data import Example
+
+    rng = np.random.default_rng(0)
+    out = []
+    for count, advantage in [(1, 1.0), (2, -0.5), (0, 0.8)]:
+        ids = list(rng.integers(10, 400, 3))
+        for _ in range(count):
+            ids += [START, IMAGE, END] + list(rng.integers(10, 400, 2))
+        prompt, prepared = processor.prepare_prompt(ids, images([(64, 96)] * count, seed=count), IMAGE)
+        response = list(rng.integers(10, 400, 5)) + [eos]
+        out.append(Example(prompt, response, advantage, [-3.0] * len(response), images=prepared or None))
+    return out
