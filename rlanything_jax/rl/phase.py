@@ -52,6 +52,7 @@ class Learner:
     pad_id: int
     rules: sharding_lib.Rules = sharding_lib.DEFAULT_LOGICAL_AXIS_RULES
     compiled: dict = dataclasses.field(default_factory=dict)
+    image_token_id: int | None = None   # a vision-language model's image pad: its examples may hold images
 
     def __post_init__(self):
         self.train_config = TrainConfig.of(self.train_config)
@@ -62,14 +63,16 @@ class Learner:
         the KL's reference when `kl_reference="initial"`."""
         return init_train_state(params, self.tx, frozen_reference=self.train_config.kl_reference == "initial")
 
-    def _step_fn(self, state: TrainState, batch, num_micro: int):
+    def _step_fn(self, state: TrainState, batch, num_micro: int, image_grid: tuple[int, int, int] | None = None):
+        images = None if batch.pixel_values is None else (image_grid, batch.pixel_values.shape[1])
         key = (num_micro,) + tuple(batch.input_ids.shape) + (batch.targets.shape[1], batch.ref_logp is None,
-                                                              state.reference is None)
+                                                              state.reference is None, images)
         if key not in self.compiled:
             cfg = self.train_config
             # The batch's loss weights carry cfg.aggregation (see the module docstring).
             spec = TrainSpec(graphdef=self.graphdef, tx=self.tx, clip_eps=cfg.clip_eps, kl_beta=cfg.kl_beta,
-                             aggregation="token_mean", num_micro_batches=num_micro)
+                             aggregation="token_mean", num_micro_batches=num_micro,
+                             image_grid=None if images is None else image_grid)
             self.compiled[key] = jit_train_step(spec, state, batch, self.mesh, self.rules)
         return self.compiled[key]
 
@@ -106,6 +109,14 @@ def _phase_metrics(updates: Sequence[Mapping[str, float]]) -> dict[str, float]:
     return combined
 
 
+def _image_grid(examples: Sequence[Example]) -> tuple[int, int, int] | None:
+    """The one patch grid of the examples' images (the train step takes one per phase), None without images."""
+    grids = {tuple(int(v) for v in image.grid_thw) for ex in examples for image in ex.images or ()}
+    if len(grids) > 1:
+        raise ValueError(f"a phase's images must share one grid (resize screenshots alike), got {sorted(grids)}")
+    return next(iter(grids), None)
+
+
 def train_phase(learner: Learner, state: TrainState, examples: Sequence[Example], seed: int,
                 metrics: Counter | None = None, prefix: str = "policy") -> tuple[TrainState, dict[str, float]]:
     """Trains `state` on one pass over `examples` per PPO epoch; returns the new state and the
@@ -117,11 +128,13 @@ def train_phase(learner: Learner, state: TrainState, examples: Sequence[Example]
     data_cfg = DataConfig(batch_size=1, max_prompt_tokens=cfg.max_prompt_tokens,
                           max_response_tokens=cfg.max_response_tokens, eos_id=learner.eos_id,
                           pad_id=learner.pad_id, overlong_prompt=cfg.overlong_prompt,
-                          append_eos=cfg.append_eos, aggregation=cfg.aggregation, seed=seed)
+                          append_eos=cfg.append_eos, aggregation=cfg.aggregation, seed=seed,
+                          image_token_id=learner.image_token_id)
     probe = BatchIterator(examples, data_cfg)  # applies the length rules once, for the counts
     for name, count in probe.counts.items():
         metrics[f"{prefix}_data/{name}"] += count
     kept = probe.examples
+    image_grid = _image_grid(kept)
     metrics[f"{prefix}/updates"] += 0   # reported (as 0) when a step has nothing to train on
     if not kept:
         return state, {}
@@ -132,7 +145,7 @@ def train_phase(learner: Learner, state: TrainState, examples: Sequence[Example]
         batches = BatchIterator(kept, dataclasses.replace(data_cfg, batch_size=num_micro * cfg.micro_batch_size,
                                                           seed=epoch_seed(seed, epoch)))
         for batch in batches:
-            step_fn = learner._step_fn(state, batch, num_micro)
+            step_fn = learner._step_fn(state, batch, num_micro, image_grid)
             state, step_metrics = step_fn(state, batch)
             update_metrics.append({name: float(np.asarray(value))
                                    for name, value in jax.device_get(step_metrics).items()})
