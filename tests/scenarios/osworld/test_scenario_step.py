@@ -81,7 +81,7 @@ def test_one_rlanything_step_on_two_desktops(tmp_path):
         policy = dataclasses.replace(system.services.policy, action_override=expert_for_first_rollout)
         services = dataclasses.replace(system.services, judge=judge, policy=policy)
         settings = system.settings
-        before = jax.tree.leaves(state.policy.params)[0]
+        before = np.array(jax.tree.leaves(state.policy.params)[0])   # the train step donates the params
         new_state, metrics = rl_step(state, services, settings)
     finally:
         system.runner.close()
@@ -99,7 +99,7 @@ def test_one_rlanything_step_on_two_desktops(tmp_path):
     assert metrics.get("parse/osworld_judgment/ok", 0) > 0   # the judgments parse: consistency rewards differ
     assert metrics["policy/updates"] >= 1 and metrics["reward/updates"] >= 1
     assert metrics["policy/trained_tokens"] > 0 and metrics["reward/trained_tokens"] > 0
-    assert not np.array_equal(np.asarray(before), np.asarray(jax.tree.leaves(new_state.policy.params)[0]))
+    assert not np.array_equal(before, np.asarray(jax.tree.leaves(new_state.policy.params)[0]))
     for role, params in (("policy", new_state.policy.params), ("reward", new_state.reward.params)):
         synced = jax.tree.leaves(system.samplers[role].params)
         assert all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(synced, jax.tree.leaves(params)))
