@@ -1,13 +1,79 @@
-"""OSWorld-format desktop tasks (reference: configs/osworld_rl.yaml): not available yet.
+"""OSWorld-format desktop tasks (reference: configs/osworld_rl.yaml; ALGORITHM.md 5.1).
 
-The OSWorld scenario (a Qwen3-VL policy and reward model on Ubuntu desktops) needs the
-vision-language model and the desktop environment; until they land this file stops with
-a one-line message instead of a half-working run.
+A Qwen3-VL policy acts on desktops from screenshots (the last 3, resized with smart_resize), a
+Qwen3-VL reward model judges every step m = 3 times from the screenshots before and after it, and
+a frozen text LLM rewrites tasks (another evaluator key, or more or fewer hints).
+
+Variants:
+- `paper` (default): the reference's constants on OSWorld VM servers (`tasks.endpoints`) with local
+  Hugging Face directories of Qwen3-VL-8B-Thinking and Qwen3-8B. Without them it stops at start-up
+  and says what to provide.
+- `local`: the same loop on one accelerator host, with local desktop sessions and the bundled tasks.
+- `cpu`: a small random Qwen3-VL built from the run's own text, 4 local desktops at 640x360, the
+  bundled tasks, a warm start on the scripted experts, then a few RLAnything steps (2 CPU cores).
+- `smoke`: the cpu run cut to 1 step without warm start (tests).
 """
 
-from rlanything_jax.validation import ConfigError
+from configs import common
+
+VARIANTS = ("paper", "local", "cpu", "smoke")
+
+
+def paper_constants(cfg) -> None:
+    cfg.loop.update(total_steps=400, save_every=20, eval_every=20)
+    cfg.rollout.update(tasks_per_step=12, group_size=8, max_turns=30, temperature=1.0, top_p=0.9,
+                       max_new_tokens=4096, max_prompt_tokens=8192)
+    cfg.reward.update(num_judgments=3, temperature=0.8, top_p=1.0, max_new_tokens=8096)
+    cfg.curriculum.update(candidates_per_task=3, temperature=0.8, max_new_tokens=8096)
+    # The reference keeps every task for the policy (no --acc-lower/--acc-upper): all-fail and all-success
+    # groups still learn from the reward model's step scores.
+    cfg.train.update(policy_acc_low=0.0, policy_acc_high=1.0)
+    cfg.train.policy.update(updates_per_step=4, max_prompt_tokens=8192, max_response_tokens=4096)
+    cfg.train.reward.update(updates_per_step=2, max_prompt_tokens=8192, max_response_tokens=8096)
+    cfg.eval.update(group_size=3, temperature=0.0, max_turns=30)
+    cfg.tasks.update(max_steps=30)
+    cfg.env.update(num_train_tasks=36, num_eval_tasks=19, step_timeout_s=180.0)
+    cfg.model.policy.path = "checkpoints/Qwen3-VL-8B-Thinking"
+    cfg.model.reward.path = "checkpoints/Qwen3-VL-8B-Thinking"
+    cfg.model.environment.path = "checkpoints/Qwen3-8B"
+
+
+def cpu_run(cfg) -> None:
+    """Small enough for 2 CPU cores: ~80 image tokens per screenshot, 3-step episodes, 4 desktops at once."""
+    common.use_float32_models(cfg)
+    for role in ("policy", "reward"):
+        cfg.model[role].path = "scratch_vl"
+    cfg.model.scratch.update(num_layers=2, hidden_size=128, intermediate_size=256, num_heads=4, num_kv_heads=2,
+                             head_dim=32, vocab_size=2048)
+    cfg.tasks.update(provider="local", screen_width=640, screen_height=360, max_pixels=352 * 192, max_steps=3,
+                     settle_s=0.3)
+    cfg.env.update(num_train_tasks=4, num_eval_tasks=4, workers=2, step_timeout_s=120.0)
+    cfg.loop.update(total_steps=3, save_every=1, eval_every=3)
+    cfg.rollout.update(tasks_per_step=2, group_size=2, max_turns=3, max_new_tokens=96, max_prompt_tokens=2048,
+                       max_live_episodes=4, temperature=1.0, top_p=1.0)
+    cfg.reward.update(num_judgments=3, max_new_tokens=32, temperature=0.8, top_p=1.0)
+    cfg.eval.update(group_size=1, temperature=0.0, max_turns=3, judge_probe_tasks=2)
+    cfg.curriculum.generator = "procedural"
+    cfg.warm_start.update(enabled=True, num_tasks=6, policy_epochs=10, reward_epochs=6, learning_rate=1e-3,
+                          batch_size=4, negatives_per_step=1)
+    for role in ("policy", "reward"):
+        cfg.train[role].update(learning_rate=1e-4, updates_per_step=1, micro_batch_size=4, max_prompt_tokens=2048,
+                               max_response_tokens=128, aggregation="token_mean")
 
 
 def get_config(variant: str = "paper"):
-    raise ConfigError("scenario", "the OSWorld desktop scenario is not implemented yet; use configs/alfworld.py, "
-                      "configs/coding.py or configs/default.py", "osworld")
+    common.check_variant("configs/osworld.py", variant, VARIANTS)
+    cfg = common.base_config("osworld")
+    paper_constants(cfg)
+    if variant == "local":
+        cfg.tasks.provider = "local"
+        cfg.env.update(workers=8)
+        cfg.rollout.max_live_episodes = 16   # local desktops cost ~200 MB and a core's share each
+    if variant in ("cpu", "smoke"):
+        cpu_run(cfg)
+    if variant == "smoke":
+        cfg.loop.update(total_steps=1, eval_every=1)
+        cfg.warm_start.enabled = False
+        cfg.eval.update(judge_probe_tasks=0)
+        cfg.env.update(num_eval_tasks=1)
+    return cfg

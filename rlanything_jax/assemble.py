@@ -15,6 +15,7 @@ from flax import nnx
 from rlanything_jax import sft, sharding
 from rlanything_jax.agents.examples import SignalConfig
 from rlanything_jax.agents.judging import JudgeConfig
+from rlanything_jax.agents.prompt_tokens import text_only
 from rlanything_jax.agents.rollout import RolloutConfig
 from rlanything_jax.agents.scenario import JUDGE_STEPS, GeneratorContext, Scenario, TaskCounts, TaskSets
 from rlanything_jax.agents.trajectory import Episode
@@ -22,6 +23,7 @@ from rlanything_jax.config import RunConfig
 from rlanything_jax.envs.base import Env, Task
 from rlanything_jax.loop import LoopSettings
 from rlanything_jax.models import load_pretrained
+from rlanything_jax.models.qwen3_vl.scratch import build_scratch_vl_model_dir
 from rlanything_jax.models.registry import resolve_model_dir
 from rlanything_jax.models.scratch import CHATML_TEMPLATE, build_scratch_model_dir
 from rlanything_jax.models.tokenizer import Tokenizer
@@ -32,6 +34,10 @@ from rlanything_jax.scenarios import make_scenario
 from rlanything_jax.seeds import derive_rng, derive_seed
 
 ROLES = ("policy", "reward")
+# Model paths the run builds itself from its own text: a small random decoder, or a small random Qwen3-VL.
+SCRATCH = "scratch"
+SCRATCH_VL = "scratch_vl"
+SCRATCH_PATHS = (SCRATCH, SCRATCH_VL)
 
 
 def build_scenario(cfg: RunConfig) -> Scenario:
@@ -56,18 +62,22 @@ def scratch_corpus(scenario: Scenario, tasks: list[Task], env: Env) -> list[str]
     for task in tasks:
         steps = [] if scenario.expert is None else scenario.expert.demonstration(task, env, derive_rng(0, "corpus"))
         if not steps:
-            texts.append(template.render(messages=prompts.initial_messages(task, _first_observation(env, task)),
-                                         add_generation_prompt=True))
+            messages = text_only(prompts.initial_messages(task, _first_observation(env, task)))
+            texts.append(template.render(messages=messages, add_generation_prompt=True))
             continue
         episode = sft.expert_episode(task, steps, prompts)
-        messages = list(prompts.initial_messages(task, steps[0].observation))
-        for t, step in enumerate(episode.steps):
-            if t:
-                messages.append(prompts.turn_message(Episode(task, 0, episode.steps[:t]), step.observation))
-            messages.append({"role": "assistant", "content": step.response_text})
-        texts.append(template.render(messages=messages, add_generation_prompt=False))
+        if getattr(prompts, "rebuilds_history", False):   # each turn's prompt is whole: the last one has most
+            messages = list(prompts.step_messages(task, Episode(task, 0, episode.steps[:-1]), steps[-1].observation))
+            messages.append({"role": "assistant", "content": episode.steps[-1].response_text})
+        else:
+            messages = list(prompts.initial_messages(task, steps[0].observation))
+            for t, step in enumerate(episode.steps):
+                if t:
+                    messages.append(prompts.turn_message(Episode(task, 0, episode.steps[:t]), step.observation))
+                messages.append({"role": "assistant", "content": step.response_text})
+        texts.append(template.render(messages=text_only(messages), add_generation_prompt=False))
         if scenario.reward_model_use == JUDGE_STEPS:
-            texts.append(template.render(messages=prompts.judge_messages(task, episode, len(steps) - 1),
+            texts.append(template.render(messages=text_only(prompts.judge_messages(task, episode, len(steps) - 1)),
                                          add_generation_prompt=True)
                          + prompts.judgment_text(1) + prompts.judgment_text(-1))
         else:
@@ -85,11 +95,12 @@ def _first_observation(env: Env, task: Task):
 def model_dir(cfg: RunConfig, role: str, workdir: Path, corpus_fn) -> Path:
     """The role's Hugging Face directory; "scratch" builds one in the workdir (once)."""
     path = getattr(cfg.model, role).path
-    if path != "scratch":
+    if path not in SCRATCH_PATHS:
         return resolve_model_dir(path)
-    out = workdir / "models" / f"scratch-{role}"
+    out = workdir / "models" / f"{path.replace('_', '-')}-{role}"
     if not (out / "config.json").is_file():
-        build_scratch_model_dir(out, corpus_fn(), cfg.model.scratch, seed=derive_seed(cfg.seed, "scratch", role))
+        build = build_scratch_vl_model_dir if path == SCRATCH_VL else build_scratch_model_dir
+        build(out, corpus_fn(), cfg.model.scratch, seed=derive_seed(cfg.seed, "scratch", role))
     return out
 
 
@@ -141,7 +152,8 @@ def loop_settings(cfg: RunConfig, scenario: Scenario) -> LoopSettings:
         rollout=RolloutConfig(group_size=rollout.group_size, max_turns=rollout.max_turns,
                               max_new_tokens=rollout.max_new_tokens,
                               max_context_tokens=rollout.max_prompt_tokens + rollout.max_new_tokens,
-                              temperature=rollout.temperature, top_p=rollout.top_p, top_k=rollout.top_k),
+                              temperature=rollout.temperature, top_p=rollout.top_p, top_k=rollout.top_k,
+                              max_live_episodes=rollout.max_live_episodes),
         judge=JudgeConfig(num_judgments=reward.num_judgments, max_new_tokens=reward.max_new_tokens,
                           temperature=reward.temperature, top_p=reward.top_p,
                           max_prompt_tokens=train.reward.max_prompt_tokens),

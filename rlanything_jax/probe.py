@@ -29,20 +29,23 @@ from rlanything_jax.seeds import derive_rng
 class JudgeProbe:
     prompts: tuple[tuple[int, ...], ...]
     labels: tuple[int, ...]
+    images: tuple[tuple, ...] = ()   # [prompt]: its images (a vision-language reward model's probe)
 
 
 def build_judge_probe(tasks: Sequence[Task], scenario: Scenario, tokenizer, env: Env, seed: int,
                       negatives_per_step: int = 1, max_prompt_tokens: int = 0) -> JudgeProbe:
     """The probe's prompts and labels for `tasks` (deterministic in `seed`); `env` plays the expert's games."""
     rng = derive_rng(seed, "probe")
-    prompts, probe_labels = [], []
+    prompts, probe_labels, probe_images = [], [], []
     for task in tasks:
         steps = scenario.expert.demonstration(task, env, rng)
         for labelled in scenario.expert.labelled_steps(task, steps, env, rng, negatives_per_step):
-            tokens = sft.judge_prompt(tokenizer, scenario.prompts, task, labelled)
-            prompts.append(tuple(tokens[-max_prompt_tokens:] if max_prompt_tokens else tokens))
+            tokens, images = sft.judge_prompt(tokenizer, scenario.prompts, task, labelled)
+            cut = max_prompt_tokens and not images   # prompts with images are never cut (see agents.judging)
+            prompts.append(tuple(tokens[-max_prompt_tokens:] if cut else tokens))
             probe_labels.append(labelled.label)
-    return JudgeProbe(tuple(prompts), tuple(probe_labels))
+            probe_images.append(tuple(images))
+    return JudgeProbe(tuple(prompts), tuple(probe_labels), tuple(probe_images) if any(probe_images) else ())
 
 
 def probe_accuracy(reward_model, prompts, probe: JudgeProbe, config: JudgeConfig) -> dict[str, float]:
@@ -51,7 +54,7 @@ def probe_accuracy(reward_model, prompts, probe: JudgeProbe, config: JudgeConfig
         return {}
     metrics: Counter = Counter()
     started = time.perf_counter()
-    judged = judge_prompts(reward_model, prompts, probe.prompts, config, metrics)
+    judged = judge_prompts(reward_model, prompts, probe.prompts, config, metrics, probe.images or None)
     hits = np.array([np.mean([j.parsed.valid and j.parsed.score == label for j in judgments])
                      for judgments, label in zip(judged, probe.labels)])
     labels = np.array(probe.labels)

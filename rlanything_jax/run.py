@@ -100,7 +100,7 @@ def build_system(cfg: RunConfig, workdir: Path, log: Callable[[str], None]) -> S
         log(f"untrusted code runs in the {mode} sandbox")
     for role in ("policy", "reward", "environment"):   # fail on a bad model path before any slow work
         path = getattr(cfg.model, role).path
-        if path != "scratch" and (role != "environment" or cfg.curriculum.generator == "env_model"):
+        if path not in assemble.SCRATCH_PATHS and (role != "environment" or cfg.curriculum.generator == "env_model"):
             assemble.resolve_model_dir(path)
     mesh = assemble.build_mesh(cfg)
     log(f"building {cfg.scenario} tasks in {workdir / 'games'}")

@@ -17,8 +17,8 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 
-from rlanything_jax.agents.chat_tokens import first_prompt, turn_delta
 from rlanything_jax.agents.examples import episode_examples
+from rlanything_jax.agents.prompt_tokens import ImageCache, encode_prompt, next_prompt
 from rlanything_jax.agents.trajectory import Episode, ExpertStep, LabelledStep, StepRecord
 from rlanything_jax.envs.base import Task
 from rlanything_jax.rl.data import Example
@@ -41,22 +41,22 @@ def expert_episode(task: Task, expert_steps: Sequence[ExpertStep], prompts, toke
     """
     steps: list[StepRecord] = []
     history: list[int] = []
+    images: tuple = ()
+    cache = ImageCache()
     stop_id = end_of_turn_id(tokenizer) if tokenizer is not None else None
-    for t, step in enumerate(expert_steps):
+    for step in expert_steps:
         answer = prompts.answer_text(step.observation, step.action)
         response: list[int] = []
         if tokenizer is not None:
-            if t == 0:
-                history = first_prompt(tokenizer, prompts.initial_messages(task, step.observation))
-            else:
-                so_far = Episode(task=task, group_index=0, steps=tuple(steps))
-                history = history + turn_delta(tokenizer, prompts.turn_message(so_far, step.observation), "stop",
-                                               tokenizer.decode([stop_id]))
+            so_far = Episode(task=task, group_index=0, steps=tuple(steps))
+            prompt = next_prompt(tokenizer, prompts, task, so_far, step.observation, history, images, "stop",
+                                 tokenizer.decode([stop_id]), cache)
+            history, images = list(prompt.tokens), prompt.images
             response = tokenizer.encode(answer) + [stop_id]
         steps.append(StepRecord(
             observation=step.observation, prompt_tokens=tuple(history), response_tokens=tuple(response),
             logprobs=(float("nan"),) * len(response), response_text=answer, finish_reason="stop",
-            action=step.action, parse_status="ok", next_observation=step.next_observation))
+            action=step.action, parse_status="ok", next_observation=step.next_observation, prompt_images=images))
         history = history + response
     return Episode(task=task, group_index=0, steps=tuple(steps), won=True, end_reason="won")
 
@@ -67,10 +67,10 @@ def policy_sft_examples(episode: Episode, pack: bool = True) -> list[Example]:
     return episode_examples(episode, [1.0] * len(episode.steps), pack_turns=pack)
 
 
-def judge_prompt(tokenizer, prompts, task: Task, labelled: LabelledStep) -> list[int]:
-    """The reward model's prompt for the last step of `labelled`."""
+def judge_prompt(tokenizer, prompts, task: Task, labelled: LabelledStep) -> tuple[list[int], list]:
+    """The reward model's prompt for the last step of `labelled`: its tokens and images."""
     episode = expert_episode(task, labelled.steps, prompts)
-    return tokenizer.encode_chat(prompts.judge_messages(task, episode, len(labelled.steps) - 1))
+    return encode_prompt(tokenizer, prompts.judge_messages(task, episode, len(labelled.steps) - 1))
 
 
 def reward_sft_examples(tokenizer, prompts, task: Task, labelled: Sequence[LabelledStep]) -> list[Example]:
@@ -78,8 +78,8 @@ def reward_sft_examples(tokenizer, prompts, task: Task, labelled: Sequence[Label
     examples = []
     for step in labelled:
         response = tokenizer.encode(prompts.judgment_text(step.label)) + [end_of_turn_id(tokenizer)]
-        examples.append(Example(judge_prompt(tokenizer, prompts, task, step), response, 1.0,
-                                [float("nan")] * len(response)))
+        tokens, images = judge_prompt(tokenizer, prompts, task, step)
+        examples.append(Example(tokens, response, 1.0, [float("nan")] * len(response), images=images or None))
     return examples
 
 

@@ -87,7 +87,8 @@ def episode_examples(episode: Episode, advantages: Sequence[float], pack_turns: 
                      metrics: Counter | None = None) -> list[Example]:
     """An episode's steps as examples with these per-step advantages: one per step, or with `pack_turns`
     one holding every step (per step when its prompts do not extend each other, counted as unpacked)."""
-    steps = [Example(step.prompt_tokens, step.response_tokens, float(advantages[t]), step.logprobs)
+    steps = [Example(step.prompt_tokens, step.response_tokens, float(advantages[t]), step.logprobs,
+                     images=step.prompt_images or None)
              for t, step in enumerate(episode.steps)]
     if pack_turns and len(steps) > 1:  # a one-step episode is its own packed example
         packed = pack_episode(steps)
@@ -119,7 +120,9 @@ def reward_model_examples(groups: Mapping[str, Sequence[JudgedEpisode]], cfg: Si
         for g, item in enumerate(trainable):
             judgments = item.judgments
             for t in range(len(item.episode.steps)):
+                images = judgments.prompt_images[t] if judgments.prompt_images else None
                 for j, (tokens, logprobs) in enumerate(judgments.samples[t]):
-                    examples.append(Example(judgments.prompts[t], tokens, float(advantages[g, t, j]), logprobs))
+                    examples.append(Example(judgments.prompts[t], tokens, float(advantages[g, t, j]), logprobs,
+                                            images=images or None))
     metrics["reward_data/examples"] += len(examples)
     return examples

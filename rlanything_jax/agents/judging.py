@@ -2,7 +2,9 @@
 
 Judgments are independent single-turn generations, batched across all steps of all
 episodes, longest prompts together (less padding), in chunks that bound memory. A
-step's m judgments share one prompt, prefilled once and sampled m times.
+step's m judgments share one prompt, prefilled once and sampled m times. Judge prompts may hold
+images (a vision-language reward model sees screenshots, `agents.prompt_tokens`); such a prompt is
+never left-truncated (that could cut an image apart): one over the limit is kept whole and counted.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Sequence
 
 import numpy as np
 
+from rlanything_jax.agents.prompt_tokens import encode_prompt
 from rlanything_jax.agents.scenario import StepJudgePrompts
 from rlanything_jax.agents.trajectory import Episode, ParsedJudgment, StepJudgments, StepRecord
 from rlanything_jax.sampling.sampler import Sampler
@@ -42,9 +45,10 @@ class Judgment:
 
 
 def judge_prompts(reward_model: Sampler, prompts: StepJudgePrompts, prompt_tokens: Sequence[Sequence[int]],
-                  config: JudgeConfig, metrics: Counter | None = None) -> list[list[Judgment]]:
+                  config: JudgeConfig, metrics: Counter | None = None,
+                  prompt_images: Sequence[Sequence] | None = None) -> list[list[Judgment]]:
     """m judgments of each prompt (in the given order), longest prompts batched together; each prompt is
-    prefilled once and sampled m times."""
+    prefilled once and sampled m times. `prompt_images[i]` are prompt i's images, if any."""
     metrics = metrics if metrics is not None else Counter()
     m = config.num_judgments
     order = sorted(range(len(prompt_tokens)), key=lambda i: len(prompt_tokens[i]), reverse=True)
@@ -54,8 +58,12 @@ def judge_prompts(reward_model: Sampler, prompts: StepJudgePrompts, prompt_token
     started = time.perf_counter()
     for chunk_index, start in enumerate(range(0, len(order), prompts_per_call)):
         chunk = order[start:start + prompts_per_call]
+        images = [list(prompt_images[i]) for i in chunk] if prompt_images is not None else []
+        # Text-only calls keep the plain signature (any object with `generate` can judge them).
+        with_images = {"images": images} if any(images) else {}
         completions = reward_model.generate([list(prompt_tokens[i]) for i in chunk], config.max_new_tokens, strategy,
-                                            seed=derive_seed(config.seed, "chunk", chunk_index), num_samples=m)
+                                            seed=derive_seed(config.seed, "chunk", chunk_index), num_samples=m,
+                                            **with_images)
         for index, completion in enumerate(completions):  # prompt-major: m samples of chunk[0], then chunk[1]...
             parsed = prompts.parse_judgment(completion.text or "")
             metrics[f"parse/{prompts.name}_judgment/{parsed.status}"] += 1
@@ -72,23 +80,27 @@ def judge_episodes(reward_model: Sampler, prompts: StepJudgePrompts, episodes: S
     the judge prompts' tokens and each judgment's tokens and log-probabilities for its training."""
     metrics = metrics if metrics is not None else Counter()
     tokenizer = reward_model.tokenizer
-    where, judge_inputs = [], []
+    judge_inputs, judge_images = [], []
     per_episode: list[list[tuple[int, ...]] | None] = []
-    for e, episode in enumerate(episodes):
+    for episode in episodes:
         if not episode.trainable:
             per_episode.append(None)
             continue
         step_prompts = []
         for t in range(len(episode.steps)):
-            tokens = tokenizer.encode_chat(prompts.judge_messages(episode.task, episode, t))
+            tokens, images = encode_prompt(tokenizer, prompts.judge_messages(episode.task, episode, t))
             if len(tokens) > config.max_prompt_tokens:
-                metrics["judge/prompts_truncated"] += 1
-                tokens = tokens[-config.max_prompt_tokens:]
-            step_prompts.append(tuple(tokens))
-            where.append((e, t))
+                if images:
+                    metrics["judge/image_prompts_over_limit"] += 1
+                else:
+                    metrics["judge/prompts_truncated"] += 1
+                    tokens = tokens[-config.max_prompt_tokens:]
+            step_prompts.append((tuple(tokens), tuple(images)))
             judge_inputs.append(tokens)
+            judge_images.append(images)
         per_episode.append(step_prompts)
-    judged = iter(judge_prompts(reward_model, prompts, judge_inputs, config, metrics))
+    judged = iter(judge_prompts(reward_model, prompts, judge_inputs, config, metrics,
+                                judge_images if any(judge_images) else None))
     out: list[StepJudgments | None] = []
     for step_prompts in per_episode:
         if step_prompts is None:
@@ -99,8 +111,9 @@ def judge_episodes(reward_model: Sampler, prompts: StepJudgePrompts, episodes: S
             scores=np.array([[j.parsed.score for j in js] for js in steps], np.int8).reshape(len(steps), -1),
             valid=np.array([[j.parsed.valid for j in js] for js in steps], bool).reshape(len(steps), -1),
             texts=tuple(tuple(j.text for j in js) for js in steps),
-            prompts=tuple(step_prompts),
-            samples=tuple(tuple((tuple(j.token_ids), tuple(j.logprobs)) for j in js) for js in steps)))
+            prompts=tuple(tokens for tokens, _ in step_prompts),
+            samples=tuple(tuple((tuple(j.token_ids), tuple(j.logprobs)) for j in js) for js in steps),
+            prompt_images=tuple(images for _, images in step_prompts) if any(i for _, i in step_prompts) else ()))
     return out
 
 

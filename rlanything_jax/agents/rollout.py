@@ -7,6 +7,12 @@ most rows have finished, the live rows are re-prefilled from their exact token
 histories into a fresh, right-sized conversation (compaction). An episode whose
 history no longer fits `max_context_tokens` ends with `context_full` (a failure).
 
+Prompts with images (screenshots) pass them to the sampler with their tokens. A scenario whose
+prompts are rebuilt every turn (`rebuilds_history`, e.g. only the last 3 screenshots) extends the
+cache when the new prompt starts with the row's history; when it does not (an old screenshot
+dropped, an earlier message rewritten), the live rows are prefilled again, counted as
+`rollout/reprefilled_rows` and `rollout/reprefills`.
+
 The reward model then judges every step m times (`agents/judging.py`).
 """
 
@@ -17,7 +23,7 @@ import time
 from collections import Counter
 from typing import Any, Callable, Sequence
 
-from rlanything_jax.agents.chat_tokens import first_prompt, turn_delta
+from rlanything_jax.agents.prompt_tokens import ImageCache, next_prompt
 from rlanything_jax.agents.scenario import PolicyPrompts
 from rlanything_jax.agents.trajectory import Episode, StepRecord
 from rlanything_jax.envs.base import Observation, Task
@@ -37,6 +43,7 @@ class RolloutConfig:
     top_k: int = 0
     stop_strings: tuple[str, ...] = ()
     seed: int = 0
+    max_live_episodes: int = 0        # play at most this many episodes at once (whole tasks; 0: all)
 
     @property
     def strategy(self) -> SamplingStrategy:
@@ -58,6 +65,19 @@ class _Live:
     pending: list[int]             # tokens to append before the next decode
     steps: list[StepRecord] = dataclasses.field(default_factory=list)
     row: int = -1                  # row in the current conversation
+    images: list = dataclasses.field(default_factory=list)          # the images of `history`
+    pending_images: list = dataclasses.field(default_factory=list)  # the images of `pending`
+    reprefill: bool = False        # its next prompt does not extend its history: prefill it again
+    image_cache: ImageCache = dataclasses.field(default_factory=ImageCache)
+
+    def take_prompt(self, prompt, metrics: Counter) -> None:
+        """Sets what to append before the next decode from `agents.prompt_tokens.next_prompt`."""
+        if prompt.delta is None:
+            self.history, self.images, self.reprefill = [], [], True
+            self.pending, self.pending_images = list(prompt.tokens), list(prompt.images)
+            metrics["rollout/reprefilled_rows"] += 1
+        else:
+            self.pending, self.pending_images = list(prompt.delta), list(prompt.delta_images)
 
     def so_far(self) -> Episode:
         return Episode(task=self.task, group_index=self.group_index, steps=tuple(self.steps))
@@ -93,7 +113,8 @@ def play_episodes(policy: Sampler, runner: Any, prompts: PolicyPrompts, tasks: S
             finished[slot.runner_id] = slot.end("env_error", metrics, error=str(getattr(obs, "reason", obs)))
             continue
         slot.observation = obs
-        slot.pending = first_prompt(tokenizer, prompts.initial_messages(slot.task, obs))
+        slot.take_prompt(next_prompt(tokenizer, prompts, slot.task, slot.so_far(), obs, [], [],
+                                     cache=slot.image_cache), metrics)
         live.append(slot)
 
     conversation: Conversation | None = None
@@ -121,7 +142,7 @@ def play_episodes(policy: Sampler, runner: Any, prompts: PolicyPrompts, tasks: S
                 observation=slot.observation, prompt_tokens=tuple(slot.history),
                 response_tokens=tuple(completion.token_ids), logprobs=tuple(completion.logprobs),
                 response_text=completion.text or "", finish_reason=completion.finish_reason,
-                action=parsed.action, parse_status=parsed.status)
+                action=parsed.action, parse_status=parsed.status, prompt_images=tuple(slot.images))
             slot.history.extend(completion.token_ids)
             forced = None
             if action_override is not None:
@@ -149,8 +170,9 @@ def play_episodes(policy: Sampler, runner: Any, prompts: PolicyPrompts, tasks: S
                 continue
             slot.observation = result.observation
             stop_text = stop_texts.get(completion.token_ids[-1], "") if completion.token_ids else ""
-            slot.pending = turn_delta(tokenizer, prompts.turn_message(slot.so_far(), result.observation),
-                                      completion.finish_reason, stop_text)
+            slot.take_prompt(next_prompt(tokenizer, prompts, slot.task, slot.so_far(), result.observation,
+                                         slot.history, slot.images, completion.finish_reason, stop_text,
+                                         slot.image_cache), metrics)
             still_live.append(slot)
         live = still_live
         if progress:
@@ -173,7 +195,13 @@ class RolloutEngine:
     action_override: ActionOverride | None = None
 
     def play(self, tasks: Sequence[Task], config: RolloutConfig, metrics: Counter) -> list[Episode]:
-        return play_episodes(self.sampler, self.runner, self.prompts, tasks, config, self.action_override, metrics)
+        # Whole tasks per call, so that at most `max_live_episodes` environments (desktops) live at once.
+        per_call = max(1, config.max_live_episodes // config.group_size) if config.max_live_episodes else len(tasks)
+        episodes: list[Episode] = []
+        for start in range(0, len(tasks), max(per_call, 1)):
+            episodes += play_episodes(self.sampler, self.runner, self.prompts, tasks[start:start + per_call], config,
+                                      self.action_override, metrics)
+        return episodes
 
     def update_params(self, params) -> None:
         self.sampler.update_params(params)
@@ -188,25 +216,29 @@ def _fits(slot: _Live, config: RolloutConfig, policy: Sampler) -> bool:
 def _ensure_room(policy: Sampler, conversation: Conversation | None, live: list[_Live],
                  config: RolloutConfig, metrics: Counter) -> Conversation:
     """Keeps the shared conversation if it can take this turn; else re-prefills the live rows."""
-    if conversation is not None and all(s.row >= 0 for s in live):
+    if any(s.reprefill for s in live):   # one row's cache cannot be rewound alone: prefill them all
+        metrics["rollout/reprefills"] += 1
+    elif conversation is not None and all(s.row >= 0 for s in live):
         needed = conversation.used_columns + bucket_length(max(len(s.pending) for s in live), 1) \
             + config.max_new_tokens
         batch = conversation.state.done.shape[0]
         if needed <= conversation.cache_length and len(live) > batch // 2:
             return conversation
     # Compaction: a fresh conversation holding only the live rows' histories.
-    metrics["rollout/compactions"] += conversation is not None
+    metrics["rollout/compactions"] += conversation is not None and not any(s.reprefill for s in live)
     prompt_columns = bucket_length(max(len(s.history) + len(s.pending) for s in live), 16)
     # Room for a few more turns before the next compaction, within the sampler's limit.
     wanted = min(2 * (prompt_columns + config.max_new_tokens), policy.config.max_cache_length)
     wanted = max(wanted, prompt_columns + config.max_new_tokens)
-    prompts = []
+    prompts, images = [], []
     for row, slot in enumerate(live):
         slot.row = row
         prompts.append(slot.history + slot.pending)
-        slot.history = prompts[-1]
-        slot.pending = []
-    return policy.start(prompts, config.max_new_tokens, cache_length=_cache_bucket(wanted, policy))
+        images.append(slot.images + slot.pending_images)
+        slot.history, slot.images = prompts[-1], images[-1]
+        slot.pending, slot.pending_images, slot.reprefill = [], [], False
+    return policy.start(prompts, config.max_new_tokens, cache_length=_cache_bucket(wanted, policy),
+                        images=images if any(images) else None)
 
 
 def _cache_bucket(n: int, policy: Sampler) -> int:
@@ -219,15 +251,16 @@ def _cache_bucket(n: int, policy: Sampler) -> int:
 def _generate_turn(policy: Sampler, conversation: Conversation, live: list[_Live], config: RolloutConfig,
                    turn: int) -> list:
     rows = [[] for _ in range(conversation.num_rows)]
+    row_images = [[] for _ in range(conversation.num_rows)]
     appended = False
     for slot in live:
         if slot.pending:
-            rows[slot.row] = slot.pending
-            slot.history = slot.history + slot.pending
-            slot.pending = []
+            rows[slot.row], row_images[slot.row] = slot.pending, slot.pending_images
+            slot.history, slot.images = slot.history + slot.pending, slot.images + slot.pending_images
+            slot.pending, slot.pending_images = [], []
             appended = True
     if appended:
-        policy.extend(conversation, rows)
+        policy.extend(conversation, rows, images=row_images if any(row_images) else None)
     completions = policy.decode(conversation, config.max_new_tokens, config.strategy,
                                 seed=derive_seed(config.seed, "turn", turn), stop_strings=config.stop_strings)
     return [completions[slot.row] for slot in live]

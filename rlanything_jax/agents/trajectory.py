@@ -51,9 +51,11 @@ class StepRecord:
     parse_status: str            # the action parser's status ("ok" or a fallback)
     next_observation: Observation | None = None
     won_after: bool = False
+    # The images of prompt_tokens, in order (a vision-language policy; `agents.prompt_tokens`).
+    prompt_images: tuple = ()
 
     def __post_init__(self):
-        for name in ("prompt_tokens", "response_tokens", "logprobs"):
+        for name in ("prompt_tokens", "response_tokens", "logprobs", "prompt_images"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
 
 
@@ -96,6 +98,7 @@ class StepJudgments:
     texts: tuple[tuple[str, ...], ...]          # [step][j]
     prompts: tuple[tuple[int, ...], ...]        # [step]: the reward model's prompt tokens
     samples: tuple[tuple[Sample, ...], ...]     # [step][j]: tokens and log-probabilities, for its training
+    prompt_images: tuple[tuple, ...] = ()       # [step]: the images of the judge prompt (none: text only)
 
 
 @dataclasses.dataclass(frozen=True)

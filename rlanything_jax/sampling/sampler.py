@@ -316,13 +316,14 @@ class Sampler:
     def generate(self, prompts: Sequence[str] | Sequence[Sequence[int]], max_new_tokens: int,
                  strategy: SamplingStrategy = Greedy(), seed: int = 0, chat: bool = False,
                  stop_strings: Sequence[str] = (), stop_token_ids: Sequence[int] | None = None,
-                 num_samples: int = 1) -> list[Completion]:
+                 num_samples: int = 1, images: Sequence[Sequence[ImageInput]] | None = None) -> list[Completion]:
         """Prompts (text, chat messages' user text with chat=True, or token ids) -> completions.
 
-        num_samples completions per prompt, prompt-major; each prompt is prefilled once.
+        num_samples completions per prompt, prompt-major; each prompt is prefilled once. `images[i]` are
+        prompt i's images (token-id prompts with expanded image pads, as for `start`).
         """
         token_lists = [self._encode(p, chat) for p in prompts]
-        conversation = self.start(token_lists, max_new_tokens, num_samples=num_samples)
+        conversation = self.start(token_lists, max_new_tokens, num_samples=num_samples, images=images)
         return self.decode(conversation, max_new_tokens, strategy, seed, stop_token_ids, stop_strings)
 
     def _encode(self, prompt: str | Sequence[int], chat: bool) -> list[int]:

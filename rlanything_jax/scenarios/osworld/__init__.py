@@ -14,5 +14,9 @@
   each with a scripted expert and a difficulty knob; `episodes`: playing a list of tool calls;
   `play`: `python -m rlanything_jax.play --env osworld ...` writes screenshots, a GIF and an HTML trace.
 
-The scenario itself (prompts, loop wiring) is not registered yet: `configs/osworld.py` still says so.
+The scenario (registered as "osworld", `scenario`): the reference's policy prompt
+(`agent_prompts`), its reward-model prompt (`judge_prompts`), the scripted experts (`expert`) and the
+task rewrites (`generators`).
 """
+
+from rlanything_jax.scenarios.osworld import scenario  # noqa: F401  (registers the scenario)

@@ -1,0 +1,156 @@
+"""The OSWorld scenario: a vision-language policy on desktop tasks, a reward model that sees the
+screenshots before and after each step, and a task pool rewritten by difficulty (ALGORITHM.md 5.1).
+
+Tasks are OSWorld task JSON: the bundled offline set (`bundled_tasks`, with scripted experts and
+difficulty knobs) or a directory of OSWorld / RLAnything files (`task_dir`). Desktops are local
+sessions (`provider="local"`) or OSWorld VM servers (`provider="remote"`, `endpoints`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+from rlanything_jax import validation
+from rlanything_jax.agents.scenario import JUDGE_STEPS, GeneratorContext, TaskCounts, TaskSets
+from rlanything_jax.curriculum.generators import EnvironmentModel, GeneratorChain
+from rlanything_jax.envs.base import Task
+from rlanything_jax.scenarios import register_scenario
+from rlanything_jax.scenarios.osworld import env as desktop_env
+from rlanything_jax.scenarios.osworld.agent_prompts import PAPER_MAX_PIXELS, DesktopAgentPrompts
+from rlanything_jax.scenarios.osworld.bundled_tasks import bundled_tasks
+from rlanything_jax.scenarios.osworld.expert import DesktopExpert
+from rlanything_jax.scenarios.osworld.generators import EvaluatorRewriteGenerator, KnobGenerator
+from rlanything_jax.scenarios.osworld.judge_prompts import DesktopJudgePrompts
+from rlanything_jax.scenarios.osworld.task_families import FAMILIES
+from rlanything_jax.scenarios.osworld.tasks import load_task_dir, task_from_json
+from rlanything_jax.validation import ConfigError
+
+NAME = "osworld"
+PROVIDERS = ("remote", "local")
+NEEDS_DESKTOPS = (
+    "The OSWorld scenario needs desktops and model weights, and this config names no desktops to use. Provide "
+    "(1) OSWorld VM servers, any provider that exposes OSWorld's server: "
+    "--config.tasks.endpoints=HOST:PORT[,HOST:PORT...], or local desktop sessions on this machine (bubblewrap, "
+    "Xvfb, openbox; see the README): --config.tasks.provider=local; and (2) local Hugging Face directories of "
+    "the models: --config.model.policy.path=/path/to/Qwen3-VL-8B-Thinking "
+    "--config.model.reward.path=/path/to/Qwen3-VL-8B-Thinking --config.model.environment.path=/path/to/Qwen3-8B. "
+    "To try the whole loop without either, run configs/osworld.py:cpu.")
+
+
+@dataclasses.dataclass(frozen=True)
+class OsWorldOptions:
+    """The `tasks` section of an OSWorld config."""
+
+    provider: str = "remote"        # "remote": OSWorld VM servers at `endpoints`; "local": local desktop sessions
+    endpoints: str = ""             # comma-separated host:port of OSWorld servers
+    task_dir: str = ""              # OSWorld task JSON (train/ and heldout/ below it, or one folder); "": bundled
+    screen_width: int = 1920
+    screen_height: int = 1080
+    max_steps: int = 30             # desktop steps per episode (the evaluator runs after the last)
+    settle_s: float = 1.0           # wait after an action before the screenshot
+    max_pixels: int = PAPER_MAX_PIXELS   # the agent's screenshot resize cap (smart_resize, factor 32)
+    image_history: int = 3          # screenshots in the policy's prompt (max_image_history_length)
+    runtime_root: str = desktop_env.DEFAULT_RUNTIME_ROOT
+
+    def __post_init__(self):
+        validation.one_of("provider", self.provider, PROVIDERS)
+        for key in ("screen_width", "screen_height", "max_steps", "max_pixels", "image_history"):
+            validation.positive_int(key, getattr(self, key))
+        validation.non_negative("settle_s", self.settle_s)
+
+    @property
+    def endpoint_list(self) -> list[str]:
+        return [e.strip() for e in self.endpoints.split(",") if e.strip()]
+
+    def settings(self) -> desktop_env.DesktopEnvSettings:
+        endpoints = self.endpoint_list if self.provider == "remote" else []
+        return desktop_env.DesktopEnvSettings(screen_width=self.screen_width, screen_height=self.screen_height,
+                                              max_steps=self.max_steps, settle_s=self.settle_s,
+                                              runtime_root=self.runtime_root,
+                                              endpoint=endpoints[0] if endpoints else "")
+
+
+class DesktopPrompts(DesktopAgentPrompts, DesktopJudgePrompts):
+    """The policy's and the reward model's prompts (one resizer: a screenshot is resized once for both)."""
+
+    def __init__(self, max_pixels: int = PAPER_MAX_PIXELS, image_history: int = 3):
+        DesktopAgentPrompts.__init__(self, max_pixels, image_history)
+        DesktopJudgePrompts.__init__(self, self.resize)
+
+
+def _seed_major(tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Bundled tasks ordered seed by seed, so that the first k cover k families (infeasible ones last)."""
+    order = {family: i for i, family in enumerate(FAMILIES)}
+
+    def key(task):
+        knobs = task.get("rla_knobs") or {}
+        return (knobs.get("family") == "infeasible", knobs.get("seed", 0), order.get(knobs.get("family"), 99))
+
+    return sorted(tasks, key=key)
+
+
+class OsWorldScenario:
+    name = NAME
+    env_module = desktop_env.__name__
+    reward_model_use = JUDGE_STEPS
+    runs_untrusted_code = False   # actions are parsed into pyautogui literals (actions.py), inside the session
+
+    def __init__(self, options: OsWorldOptions):
+        # Checked when the run starts (the defaults name no VMs, and configs are built from the defaults).
+        if options.provider == "remote" and not options.endpoint_list:
+            raise ConfigError("tasks.endpoints", NEEDS_DESKTOPS, show_value=False)
+        self.options = options
+        self.prompts = DesktopPrompts(options.max_pixels, options.image_history)
+        self.expert = DesktopExpert()
+
+    def make_task(self, data: dict[str, Any], task_id: str | None = None) -> Task:
+        """A pool task from OSWorld JSON: what the env plays, plus the file itself (`source`: variants, knobs and
+        expert, for rewrites and the warm start)."""
+        parsed = task_from_json(data)
+        played = desktop_env.make_env_task(parsed, self.options.settings())
+        payload = {**played.payload, "source": data}
+        return Task(task_id or played.task_id, played.kind, played.goal, payload)
+
+    def _split(self, split: str) -> list[dict[str, Any]]:
+        if not self.options.task_dir:
+            return _seed_major(bundled_tasks(split))
+        root = Path(self.options.task_dir).expanduser()
+        folder = root / split if (root / split).is_dir() else root
+        loaded = load_task_dir(folder)
+        return [json.loads(Path(t.source_path).read_text(encoding="utf-8")) for t in loaded.tasks]
+
+    def build_tasks(self, counts: TaskCounts, out_dir: Path) -> TaskSets:
+        del out_dir   # tasks are JSON in their payloads
+        train = self._split("train")
+        held_out = self._split("heldout") if not self.options.task_dir or \
+            (Path(self.options.task_dir).expanduser() / "heldout").is_dir() else []
+        needed = counts.train + counts.warm_start
+        if needed > len(train):
+            raise ConfigError("env.num_train_tasks", f"{counts.train} pool tasks plus {counts.warm_start} warm-start "
+                              f"tasks need {needed} training tasks; the task set has {len(train)}", counts.train)
+        return TaskSets(train=[self.make_task(d) for d in train[:counts.train]],
+                        eval=[self.make_task(d) for d in held_out[:counts.eval]],
+                        warm_start=[self.make_task(d) for d in train[counts.train:needed]])
+
+    def play_task(self, seed: int, task_type: str | None, out_dir: Path) -> Task:
+        del out_dir
+        tasks = [t for t in self._split("train") if task_type is None or (t.get("rla_knobs") or {}).get("family")
+                 == task_type]
+        if not tasks:
+            raise ValueError(f"no task of type {task_type!r}; types: {', '.join(FAMILIES)}, infeasible")
+        return self.make_task(tasks[seed % len(tasks)])
+
+    def task_generator(self, context: GeneratorContext) -> Any:
+        knobs = KnobGenerator(self.make_task)
+        if context.kind == "procedural" or context.environment_sampler is None:
+            return knobs
+        model = EnvironmentModel(context.environment_sampler, temperature=context.temperature, seed=context.seed)
+        rewrite = EvaluatorRewriteGenerator(model, self.make_task, num_samples=context.candidates_per_task,
+                                            max_new_tokens=context.max_new_tokens)
+        return GeneratorChain([rewrite, knobs])
+
+
+register_scenario(NAME, OsWorldScenario, OsWorldOptions)
