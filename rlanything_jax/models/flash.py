@@ -7,7 +7,7 @@ than chunks of a few MB that stay in cache. Chunking also lets the causal cache 
 the last key chunk its queries can see, and skip query chunks that are all left padding.
 
 Both users share `online_softmax_update`: the vision tower's bidirectional per-image attention
-(`qwen3_vl.vision.image_attention`) and the sampler's prefill/extend over the KV cache
+(`qwen3_vl.vision.segment_attention`) and the sampler's prefill/extend over the KV cache
 (`causal_window_attention` here).
 """
 

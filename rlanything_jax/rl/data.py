@@ -22,8 +22,10 @@ from collections import Counter
 from typing import Iterator, NamedTuple, Sequence
 
 import grain
+import jax
 import numpy as np
 
+from rlanything_jax.models.qwen3_vl.patches import bucket_patches, next_segment, patch_layout
 from rlanything_jax.models.qwen3_vl.processor import ImageInput, get_rope_index, image_token_count
 from rlanything_jax.rl.losses import AGGREGATIONS
 from rlanything_jax.rl.train_config import OVERLONG_PROMPT_POLICIES
@@ -297,25 +299,28 @@ def collate(examples: Sequence[Example], cfg: DataConfig) -> TrainBatch:
 
 def _image_arrays(examples: Sequence[Example], ids: np.ndarray, attention: np.ndarray,
                   cfg: DataConfig) -> dict[str, np.ndarray]:
-    """Each row's M-RoPE positions [B, 3, L] and images [B, M, patches, patch_dim], M bucketed (zero slots
-    are never read). All images of a batch must share one grid (`TrainSpec.image_grid`)."""
-    images = [list(e.images or ()) for e in examples]
-    grids = {tuple(image.grid_thw) for row in images for image in row}
-    if len(grids) != 1:
-        raise ValueError(f"a batch's images must share one grid (resize screenshots alike), got {sorted(grids)}")
-    first = next(image for row in images for image in row)
-    slots = _bucket(max(len(row) for row in images), 1)
-    pixel_values = np.zeros((ids.shape[0], slots) + first.pixel_values.shape, np.float32)
+    """Each row's M-RoPE positions [B, 3, L] and images, packed in order and padded to one bucketed patch
+    count P (`patches.bucket_patches`): pixel_values [B, P, patch_dim] and their `PatchLayout` [B, P, ...].
+    Images of any grids mix in a batch; the step compiles per bucket. Segment ids increase over the
+    whole batch, so that rows flattened together (and any split into micro-batches) attend within
+    their own images only."""
+    images = [list(e.images or ()) for e in examples] + [[]] * (ids.shape[0] - len(examples))
+    size = bucket_patches(max(sum(image.pixel_values.shape[0] for image in row) for row in images))
+    patch_dim = next(image for row in images for image in row).pixel_values.shape[-1]
+    pixel_values = np.zeros((ids.shape[0], size, patch_dim), np.float32)
     positions = np.zeros((ids.shape[0], 3, ids.shape[1]), np.int32)
-    for row in range(ids.shape[0]):
-        row_images = images[row] if row < len(images) else []
-        for slot, image in enumerate(row_images):
-            pixel_values[row, slot] = image.pixel_values
+    layouts, first_segment = [], 0
+    for row, row_images in enumerate(images):
+        if row_images:
+            packed = np.concatenate([image.pixel_values for image in row_images])
+            pixel_values[row, :packed.shape[0]] = packed
+        layouts.append(patch_layout([image.grid_thw for image in row_images], cfg.merge_size, size, first_segment))
+        first_segment = next_segment(layouts[-1])
         row_grids = np.asarray([image.grid_thw for image in row_images], np.int64).reshape(-1, 3)
         positions[row] = get_rope_index(ids[row:row + 1], row_grids, cfg.image_token_id, attention[row:row + 1],
                                         cfg.merge_size)[0][:, 0]
-    return dict(mrope_positions=positions, pixel_values=pixel_values,
-                image_grid=tuple(int(v) for v in first.grid_thw))
+    layout = jax.tree.map(lambda *rows: np.stack(rows), *layouts)
+    return dict(mrope_positions=positions, pixel_values=pixel_values, image_layout=layout)
 
 
 class BatchIterator:

@@ -68,15 +68,15 @@ class Learner:
         return init_train_state(params, self.tx, frozen_reference=self.train_config.kl_reference == "initial")
 
     def _step_fn(self, state: TrainState, batch: TrainBatch, num_micro: int):
-        pixel_grid = batch.image_grid if batch.pixel_values is not None else None   # images through the tower
+        # Images through the tower (their bucketed patch count) or cached features (their token count).
+        images = tuple(x.shape for x in (batch.pixel_values, batch.image_embeddings) if x is not None)
         key = (num_micro,) + tuple(batch.input_ids.shape) + (batch.targets.shape[1], batch.ref_logp is None,
-                                                              state.reference is None, batch.image_grid,
-                                                              pixel_grid is None)
+                                                              state.reference is None, images)
         if key not in self.compiled:
             cfg = self.train_config
             # The batch's loss weights carry cfg.aggregation (see the module docstring).
             spec = TrainSpec(graphdef=self.graphdef, tx=self.tx, clip_eps=cfg.clip_eps, kl_beta=cfg.kl_beta,
-                             aggregation="token_mean", num_micro_batches=num_micro, image_grid=pixel_grid)
+                             aggregation="token_mean", num_micro_batches=num_micro)
             self.compiled[key] = jit_train_step(spec, state, batch, self.mesh, self.rules)
         return self.compiled[key]
 
@@ -85,7 +85,7 @@ class Learner:
         gradient): the step then never runs the tower. Otherwise the batch as it is."""
         if self.images is None or not self.images.freeze_vision or batch.pixel_values is None:
             return batch
-        key = ("vision_features", batch.image_grid) + tuple(batch.pixel_values.shape)
+        key = ("vision_features",) + tuple(batch.pixel_values.shape)
         if key not in self.compiled:
             self.compiled[key] = jax.jit(lambda p, b: with_cached_image_features(self.graphdef, p, b))
         return self.compiled[key](params, batch)

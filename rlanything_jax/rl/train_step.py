@@ -33,6 +33,7 @@ from flax import nnx, struct
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from rlanything_jax import sharding as sharding_lib
+from rlanything_jax.models.qwen3_vl.patches import PatchLayout
 from rlanything_jax.rl.losses import PPOSums, ppo_clip_k3_sums, ppo_loss_from_sums
 from rlanything_jax.rl.train_state import TrainState, train_state_shardings
 
@@ -51,15 +52,15 @@ class TrainBatch:
     prefix_mask: jax.Array | None = None
     prefix_index: jax.Array | None = None
     # Vision-language rows (Qwen3-VL; `rl/data.collate` builds them): M-RoPE positions [N, 3, L] and either
-    # each row's images, pixel_values [N, M, patches, patch_dim] (one grid per batch: TrainSpec.image_grid;
-    # a row's unused slots are zeros), or their cached vision features, image_embeddings [N, K, embed] and
-    # image_deepstack [N, levels, K, embed] (a frozen vision tower: no vision forward in the step).
+    # each row's images, pixel_values [N, P, patch_dim] (packed in order, padded to a bucketed patch count
+    # P) with their patch layout (per-patch arrays [N, P, ...], any grids: `patches.PatchLayout`), or their
+    # cached vision features, image_embeddings [N, K, embed] and image_deepstack [N, levels, K, embed]
+    # (a frozen vision tower: no vision forward in the step).
     mrope_positions: jax.Array | None = None
     pixel_values: jax.Array | None = None
     image_embeddings: jax.Array | None = None
     image_deepstack: jax.Array | None = None
-    # The (t, h, w) patch grid all of the batch's images share: static (it fixes the vision tower's shapes).
-    image_grid: tuple[int, int, int] | None = struct.field(pytree_node=False, default=None)
+    image_layout: PatchLayout | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,12 +71,11 @@ class TrainSpec:
     kl_beta: float = 0.01
     aggregation: str = "sequence_mean"
     num_micro_batches: int = 1
-    image_grid: tuple[int, int, int] | None = None   # the (t, h, w) patch grid of a batch's pixel_values
 
 
 def token_logprobs(graphdef: nnx.GraphDef, params: nnx.State, input_ids: jax.Array, attention_mask: jax.Array,
                    targets: jax.Array, prefixes: tuple[jax.Array, jax.Array, jax.Array] | None = None,
-                   images: TrainBatch | None = None, image_grid: tuple[int, int, int] | None = None) -> jax.Array:
+                   images: TrainBatch | None = None) -> jax.Array:
     """log p(targets[:, j] | tokens up to position L - W + j), float32 [N, W], for input_ids [N, L] and
     targets [N, W] with W <= L: the targets cover the last W positions (all of them when W = L).
 
@@ -90,7 +90,7 @@ def token_logprobs(graphdef: nnx.GraphDef, params: nnx.State, input_ids: jax.Arr
     if images is not None and images.mrope_positions is not None:   # a vision-language batch
         if prefixes is not None:
             raise ValueError("shared prefixes are not supported for rows with images")
-        inputs = model.row_inputs(input_ids, images.mrope_positions, images.pixel_values, image_grid,
+        inputs = model.row_inputs(input_ids, images.mrope_positions, images.pixel_values, images.image_layout,
                                   images.image_embeddings, images.image_deepstack)
         hidden = model.hidden_states(input_ids, attention_mask, last=window, inputs=inputs)
     elif prefixes is None:
@@ -106,14 +106,14 @@ def _micro_objective(params: nnx.State, micro: TrainBatch, spec: TrainSpec,
     the KL is taken against their log-probabilities (a forward pass, no gradient), not the batch's."""
     prefixes = None if micro.prefix_ids is None else (micro.prefix_ids, micro.prefix_mask, micro.prefix_index)
     logp = token_logprobs(spec.graphdef, params, micro.input_ids, micro.attention_mask, micro.targets, prefixes,
-                          micro, spec.image_grid)
+                          micro)
     # NaN marks tokens the sampler never scored (an appended EOS): treat them as on-policy.
     on_policy = jax.lax.stop_gradient(logp)
     old_logp = jnp.where(jnp.isnan(micro.old_logp), on_policy, micro.old_logp)
     if reference is not None:
         ref_logp = jax.lax.stop_gradient(token_logprobs(spec.graphdef, reference, micro.input_ids,
                                                         micro.attention_mask, micro.targets, prefixes,
-                                                        micro, spec.image_grid))
+                                                        micro))
     else:
         ref_logp = None if micro.ref_logp is None else jnp.where(jnp.isnan(micro.ref_logp), on_policy,
                                                                  micro.ref_logp)

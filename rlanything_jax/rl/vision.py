@@ -53,18 +53,11 @@ def freeze_vision(tx: optax.GradientTransformation) -> optax.GradientTransformat
     return optax.multi_transform({"trained": tx, "frozen": optax.set_to_zero()}, labels)
 
 
-def with_cached_image_features(graphdef: nnx.GraphDef, params: nnx.State, batch: TrainBatch,
-                               image_grid: tuple[int, int, int] | None = None) -> TrainBatch:
-    """The batch with its pixel_values [N, M, patches, patch_dim] replaced by their vision features
-    (image_embeddings [N, K, embed], image_deepstack [N, levels, K, embed]); traceable. The grid defaults
-    to the batch's own (`TrainBatch.image_grid`)."""
-    image_grid = image_grid if image_grid is not None else batch.image_grid
+def with_cached_image_features(graphdef: nnx.GraphDef, params: nnx.State, batch: TrainBatch) -> TrainBatch:
+    """The batch with its pixel_values [N, P, patch_dim] (and layout) replaced by their vision features
+    (image_embeddings [N, P / merge², embed], image_deepstack [N, levels, P / merge², embed]); traceable."""
     model = nnx.merge(graphdef, params)
-    pixel_values = batch.pixel_values
-    rows, slots = pixel_values.shape[:2]
-    flat = jnp.asarray(pixel_values).reshape(-1, pixel_values.shape[-1]).astype(model.dtype)
-    embeddings, deepstack = model.visual(flat, (tuple(image_grid),) * (rows * slots))
-    deepstack = deepstack.reshape(deepstack.shape[0], rows, -1, deepstack.shape[-1])
-    return batch.replace(pixel_values=None,
-                         image_embeddings=jax.lax.stop_gradient(embeddings.reshape(rows, -1, embeddings.shape[-1])),
-                         image_deepstack=jax.lax.stop_gradient(jnp.moveaxis(deepstack, 0, 1)))
+    inputs = model.row_inputs(batch.input_ids, batch.mrope_positions, batch.pixel_values, batch.image_layout)
+    return batch.replace(pixel_values=None, image_layout=None,
+                         image_embeddings=jax.lax.stop_gradient(inputs.embeddings),
+                         image_deepstack=jax.lax.stop_gradient(jnp.moveaxis(inputs.deepstack, 0, 1)))

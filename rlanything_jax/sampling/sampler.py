@@ -22,6 +22,7 @@ from jax.sharding import Mesh
 
 from rlanything_jax import sharding as sharding_lib
 from rlanything_jax.interfaces import CausalLM, ModelInputs
+from rlanything_jax.models.qwen3_vl.patches import bucket_patches, patch_layout
 from rlanything_jax.models.qwen3_vl.processor import ImageInput, get_rope_index
 from rlanything_jax.sampling import decode as decode_lib
 from rlanything_jax.sampling.stops import Completion, finish_rows
@@ -239,19 +240,28 @@ class Sampler:
     # ------------------------------------------------------------------ images
 
     def _image_features(self, image: ImageInput) -> tuple[jax.Array, jax.Array]:
-        """Embeddings and DeepStack features of one image: one vision program per image grid."""
-        grids = (tuple(int(v) for v in image.grid_thw),)
-        key = ("vision", grids)
+        """Embeddings and DeepStack features of one image. Its patches are padded to a bucket
+        (`patches.bucket_patches`) and its grid goes in as arrays (`PatchLayout`): one vision
+        program per bucket, whatever the image sizes in it."""
+        tower = self.vl_config.vision
+        count = int(np.prod(image.grid_thw))
+        size = bucket_patches(count)
+        layout = patch_layout([image.grid_thw], tower.spatial_merge_size, size)
+        key = ("vision", size)
         if key not in self._programs:
             counter, graphdef = self.compilations, self.graphdef
 
-            def program(params, pixel_values):
+            def program(params, pixel_values, layout):
                 counter["vision"] += 1
                 model = nnx.merge(graphdef, params)
-                return model.visual(pixel_values.astype(model.dtype), grids)
+                return model.visual(pixel_values.astype(model.dtype), layout)
 
-            self._programs[key] = jax.jit(program, in_shardings=(self._param_shardings, None))
-        return self._programs[key](self.params, jnp.asarray(image.pixel_values))
+            self._programs[key] = jax.jit(program, in_shardings=(self._param_shardings, None, None))
+        pixel_values = np.zeros((size, image.pixel_values.shape[-1]), np.float32)
+        pixel_values[:count] = image.pixel_values
+        embeddings, deepstack = self._programs[key](self.params, pixel_values, layout)
+        tokens = count // tower.spatial_merge_size ** 2
+        return embeddings[:tokens], deepstack[:, :tokens]
 
     def _image_inputs(self, state: decode_lib.DecodeState, tokens: np.ndarray, valid: np.ndarray,
                       images: Sequence[Sequence[ImageInput]]) -> ModelInputs:

@@ -54,7 +54,7 @@ def test_a_packed_episode_with_screenshots_scores_each_step_as_its_own_example(t
 
     def scored(examples):
         batch = collate(examples, DATA)
-        logp = jax.jit(functools.partial(token_logprobs, graphdef, image_grid=batch.image_grid))(
+        logp = jax.jit(functools.partial(token_logprobs, graphdef))(
             params, batch.input_ids, batch.attention_mask, batch.targets, None, batch)
         return np.asarray(logp), np.asarray(batch.loss_mask)
 

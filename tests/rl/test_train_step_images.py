@@ -1,5 +1,6 @@
 """The train step on vision-language examples: target log-probabilities equal transformers' (through the
-vision tower and from cached features), and a few updates lower the loss with the tower trained or frozen."""
+vision tower and from cached features, also with images of different grids in one batch), and a few
+updates lower the loss with the tower trained or frozen."""
 
 import functools
 
@@ -11,7 +12,6 @@ import torch
 from flax import nnx
 
 from rlanything_jax.models import load_pretrained
-from rlanything_jax.models.qwen3_vl import processor
 from rlanything_jax.rl.data import DataConfig, collate
 from rlanything_jax.rl.train_state import init_train_state
 from rlanything_jax.rl.train_step import TrainSpec, token_logprobs, train_step
@@ -31,24 +31,28 @@ def tiny(tmp_path_factory):
     return vl_reference.build("tied-gqa4-deepstack1", path, seed=31), load_pretrained(path)
 
 
-def test_target_logprobs_equal_transformers_with_the_tower_and_from_cached_features(tiny):
+# 280, 288 and 288 patches: three grids (14x20, 8x36, 24x12), the second row holding two of them.
+MIXED = ((80, 120), (40, 200), (96, 48))
+
+
+@pytest.mark.parametrize("sizes", [((64, 96),), MIXED], ids=["one-grid", "mixed-grids"])
+def test_target_logprobs_equal_transformers_with_the_tower_and_from_cached_features(tiny, sizes):
     torch_model, model = tiny
-    examples = vl_reference.screenshot_examples(7)
+    examples = vl_reference.screenshot_examples(7, sizes)
     batch = collate(examples, DATA)
-    grid = examples[0].images[0].grid_thw
     graphdef, params = nnx.split(model)
-    through_tower = np.asarray(jax.jit(functools.partial(token_logprobs, graphdef, image_grid=grid))(
+    through_tower = np.asarray(jax.jit(functools.partial(token_logprobs, graphdef))(
         params, batch.input_ids, batch.attention_mask, batch.targets, None, batch))
-    cached = jax.jit(functools.partial(with_cached_image_features, graphdef, image_grid=grid))(params, batch)
+    cached = jax.jit(functools.partial(with_cached_image_features, graphdef))(params, batch)
     from_cache = np.asarray(jax.jit(functools.partial(token_logprobs, graphdef))(
         params, batch.input_ids, batch.attention_mask, batch.targets, None, cached))
     window = batch.targets.shape[1]
     for row, example in enumerate(examples):
         sequence = np.asarray([list(example.prompt_ids) + list(example.response_ids)])
-        count = len(example.images or ())
-        pixel_values, grids = processor.preprocess_images(vl_reference.images([(64, 96)] * count, seed=count))
-        logits = vl_reference.reference_logits(torch_model, sequence, np.ones_like(sequence),
-                                               pixel_values if count else None, grids if count else None)
+        images = example.images or []
+        pixel_values = np.concatenate([image.pixel_values for image in images]) if images else None
+        grids = np.asarray([image.grid_thw for image in images]) if images else None
+        logits = vl_reference.reference_logits(torch_model, sequence, np.ones_like(sequence), pixel_values, grids)
         log_probs = torch.log_softmax(torch.tensor(logits[0]), -1).numpy()
         n = len(example.response_ids)
         expected = [log_probs[len(example.prompt_ids) - 1 + i, t] for i, t in enumerate(example.response_ids)]
@@ -57,6 +61,9 @@ def test_target_logprobs_equal_transformers_with_the_tower_and_from_cached_featu
         np.testing.assert_allclose(through_tower[row][valid], expected, atol=1e-4, rtol=0)
         np.testing.assert_allclose(from_cache[row][valid], expected, atol=1e-4, rtol=0)
     assert window <= batch.input_ids.shape[1]
+    if sizes == MIXED:
+        assert len({image.grid_thw for e in examples for image in e.images or ()}) == 3
+        assert batch.pixel_values.shape[1] == 1024   # the 2-image row's 576 patches, bucketed
 
 
 @pytest.mark.parametrize("frozen", [False, True])
@@ -64,15 +71,14 @@ def test_updates_lower_the_loss(tiny, frozen):
     _, model = tiny
     examples = vl_reference.screenshot_examples(7)
     batch = collate(examples, DATA)
-    grid = examples[0].images[0].grid_thw
     graphdef, params = nnx.split(model, nnx.Param)[0], nnx.state(model, nnx.Param)
     tx = optax.adam(3e-3)
     if frozen:
         tx = freeze_vision(tx)
-        batch = jax.jit(functools.partial(with_cached_image_features, graphdef, image_grid=grid))(params, batch)
-    spec = TrainSpec(graphdef, tx, image_grid=None if frozen else grid)
+        batch = jax.jit(functools.partial(with_cached_image_features, graphdef))(params, batch)
+    spec = TrainSpec(graphdef, tx)
     # On-policy old log-probabilities: the first step's ratio is 1.
-    old = jax.jit(functools.partial(token_logprobs, graphdef, image_grid=spec.image_grid))(
+    old = jax.jit(functools.partial(token_logprobs, graphdef))(
         params, batch.input_ids, batch.attention_mask, batch.targets, None, batch)
     batch = batch.replace(old_logp=old)
     state = init_train_state(params, tx)

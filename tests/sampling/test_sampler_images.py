@@ -1,6 +1,7 @@
 """The KV-cache sampler with a Qwen3-VL: greedy tokens equal transformers' generate on image prompts,
 also after a multi-turn `extend` with a new screenshot; log-probabilities equal transformers' full
-forward; one vision program per image grid; weight swaps without recompiling."""
+forward; one vision program per patch bucket (several
+image grids); weight swaps without recompiling."""
 
 import jax
 import numpy as np
@@ -88,11 +89,14 @@ def test_extend_with_a_new_screenshot_equals_generating_over_the_whole_conversat
                                atol=1e-4, rtol=0)
 
 
-def test_one_vision_program_per_grid_and_weight_swaps_do_not_recompile(tiny):
+def test_one_vision_program_per_patch_bucket_and_weight_swaps_do_not_recompile(tiny):
     _, model, _ = tiny
     sampler = Sampler(model)
     rng = np.random.default_rng(2)
-    prompts = [processor.prepare_prompt(*_prompt(rng, [(64, 64), (64, 64)], 6), IMAGE) for _ in range(2)]
+    # Three grids (14x20, 8x36, 24x12: 280, 288 and 288 patches), one 512-patch bucket, one per row.
+    prompts = [processor.prepare_prompt(*_prompt(rng, [size], 6 + index), IMAGE)
+               for index, size in enumerate([(80, 120), (40, 200), (96, 48)])]
+    assert len({p[1][0].grid_thw for p in prompts}) == 3
     for _ in range(2):
         conversation = sampler.start([p[0] for p in prompts], 4, images=[p[1] for p in prompts])
         sampler.decode(conversation, 4, stop_token_ids=())

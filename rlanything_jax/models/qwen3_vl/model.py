@@ -21,6 +21,7 @@ from rlanything_jax.interfaces import AttendFn, ModelInputs
 from rlanything_jax.models.decoder import Decoder, _check_last
 from rlanything_jax.models.qwen3_vl import processor
 from rlanything_jax.models.qwen3_vl.config import Qwen3VLConfig
+from rlanything_jax.models.qwen3_vl.patches import PatchLayout, bucket_patches
 from rlanything_jax.models.qwen3_vl.vision import VisionTower
 from rlanything_jax.models.rope import inverse_frequencies
 
@@ -78,9 +79,15 @@ class Qwen3VL(Decoder):
 
     def image_features(self, pixel_values: jax.Array, image_grid_thw: np.ndarray) -> tuple[jax.Array, jax.Array]:
         """Image embeddings [N, embed] (N = image tokens of all images, in order) and DeepStack features
-        [levels, N, embed]. `image_grid_thw` is host data: it fixes the shapes."""
-        grids = tuple(tuple(int(v) for v in grid) for grid in np.asarray(image_grid_thw).reshape(-1, 3))
-        return _vision_tower(self.visual, pixel_values.astype(self.dtype), grids)
+        [levels, N, embed]. `image_grid_thw` is host data; the patches are padded to a bucket
+        (`patches.bucket_patches`), so the tower compiles per bucket, not per set of grids."""
+        grids = [tuple(int(v) for v in grid) for grid in np.asarray(image_grid_thw).reshape(-1, 3)]
+        total = sum(t * h * w for t, h, w in grids)
+        layout = self.visual.layout(grids, bucket_patches(total))
+        padded = jnp.pad(jnp.asarray(pixel_values), ((0, layout.size - total), (0, 0)))
+        embeddings, deepstack = _vision_tower(self.visual, padded.astype(self.dtype), layout)
+        tokens = total // self.vl_config.vision.spatial_merge_size ** 2
+        return embeddings[:tokens], deepstack[:, :tokens]
 
     def run_layers(self, input_ids: jax.Array, positions: jax.Array, attend: AttendFn, carry: Any,
                    last: int | None = None, inputs: ModelInputs | None = None) -> tuple[jax.Array, Any]:
@@ -109,15 +116,18 @@ class Qwen3VL(Decoder):
         return self.run_embedded(x, cos, sin, attend, carry, last, after_layer)
 
     def row_inputs(self, input_ids: jax.Array, mrope_positions: jax.Array, pixel_values: jax.Array | None = None,
-                   image_grid: tuple[int, int, int] | None = None, embeddings: jax.Array | None = None,
+                   layout: PatchLayout | None = None, embeddings: jax.Array | None = None,
                    deepstack: jax.Array | None = None) -> ModelInputs:
         """`ModelInputs` of a train batch whose rows carry their own images (traceable): M-RoPE positions
-        [B, 3, T] and either pixel_values [B, M, patches, patch_dim] of one `image_grid` (run through the
-        vision tower here) or cached features, embeddings [B, K, embed] and deepstack [B, levels, K, embed]."""
+        [B, 3, T] and either pixel_values [B, P, patch_dim] (each row's images packed in order, padded to
+        P patches) with their `PatchLayout` [B, P, ...] (run through the vision tower here, all rows as
+        one packed run) or cached features, embeddings [B, K, embed] and deepstack [B, levels, K, embed]."""
         if pixel_values is not None:
-            rows, slots = pixel_values.shape[:2]
-            flat = pixel_values.reshape(-1, pixel_values.shape[-1]).astype(self.dtype)
-            image_embeddings, image_deepstack = self.visual(flat, (tuple(image_grid),) * (rows * slots))
+            rows, size = pixel_values.shape[:2]
+            flat = pixel_values.reshape(rows * size, -1).astype(self.dtype)
+            flat_layout = jax.tree.map(lambda a: jnp.reshape(a, (rows * size,) + a.shape[2:]), layout)
+            image_embeddings, image_deepstack = self.visual(flat, flat_layout)
+            # Each row's image tokens come first in its slice, in order: what the per-row scatter reads.
             embeddings = image_embeddings.reshape(rows, -1, image_embeddings.shape[-1])
             deepstack = image_deepstack.reshape(image_deepstack.shape[0], rows, -1, image_deepstack.shape[-1])
         else:
@@ -150,10 +160,10 @@ class Qwen3VL(Decoder):
         return _forward_logits(self, jnp.asarray(input_ids, jnp.int32), mask, inputs)
 
 
-# One compiled program per (model, shapes); the image grids are static because they fix the shapes.
-@nnx.jit(static_argnums=(2,))
-def _vision_tower(tower: VisionTower, pixel_values: jax.Array, grids: tuple) -> tuple[jax.Array, jax.Array]:
-    return tower(pixel_values, grids)
+# One compiled program per (model, patch bucket): the layout is data.
+@nnx.jit
+def _vision_tower(tower: VisionTower, pixel_values: jax.Array, layout: PatchLayout) -> tuple[jax.Array, jax.Array]:
+    return tower(pixel_values, layout)
 
 
 @nnx.jit

@@ -1,11 +1,13 @@
 """Qwen3-VL's vision tower in Flax NNX: patches -> image embeddings and DeepStack features.
 
 Patches arrive in merge-block order (`processor.patchify`), so every merge² consecutive rows
-form one LLM token. Image grids are static (they fix the shapes); the per-grid tables (the
-interpolated position-embedding taps and the 2-D RoPE coordinates) are host constants.
-Attention is block-diagonal: each image (frame) attends within itself only, computed image by
-image (batched when the images share a size) and, for large images, flash-style in blocks so
-that a 1920x1088 screenshot (8160 patches) never holds its full score matrix.
+form one LLM token. What an image's grid decides (the interpolated position-embedding taps, the
+2-D RoPE coordinates, which patches attend to each other) comes in as arrays, a
+`patches.PatchLayout` built on the host, so that images padded to one patch count share a
+compiled program (`patches.bucket_patches`). Attention is block-diagonal: each image (frame)
+attends within itself only, through segment ids over the packed patches, and, for large images,
+flash-style in blocks so that a 1920x1088 screenshot (8160 patches) never holds its full score
+matrix.
 """
 
 from __future__ import annotations
@@ -20,9 +22,9 @@ from flax import nnx
 from rlanything_jax.models import flash
 from rlanything_jax.models.decoder import Projection, _init
 from rlanything_jax.models.qwen3_vl.config import VisionConfig
+from rlanything_jax.models.qwen3_vl.patches import Grid, PatchLayout, patch_layout
 
-Grid = tuple[int, int, int]   # (frames, patch rows, patch cols) of one image
-_QUERY_CHUNK, _KEY_CHUNK = 256, 512   # score tiles per head (see image_attention)
+_QUERY_CHUNK, _KEY_CHUNK = 256, 512   # score tiles per head (see segment_attention)
 
 
 class LayerNorm(nnx.Module):
@@ -42,50 +44,38 @@ class LayerNorm(nnx.Module):
         return (normed * self.scale[...].astype(jnp.float32) + self.bias[...].astype(jnp.float32)).astype(self.dtype)
 
 
-def _patch_coordinates(grids: Sequence[Grid], merge: int) -> np.ndarray:
-    """(row, col) of every patch [N, 2], in merge-block order, frames repeated."""
-    out = []
-    for t, h, w in grids:
-        within = np.arange(h * w)
-        in_col, in_row = within % merge, (within // merge) % merge
-        block_col = (within // (merge * merge)) % (w // merge)
-        block_row = within // (merge * merge * (w // merge))
-        coords = np.stack([block_row * merge + in_row, block_col * merge + in_col], axis=-1)
-        out.append(np.tile(coords, (t, 1)))
-    return np.concatenate(out, axis=0)
-
-
-def _bilinear_taps(index: np.ndarray, size: int, side: int) -> tuple[np.ndarray, np.ndarray]:
-    """align_corners=True bilinear taps [n, 2] into a `side`-long axis and their weights, in float32
-    as torch computes them (target index i samples source i * (side - 1) / (size - 1))."""
-    src = index.astype(np.float32) * np.float32(side - 1) / np.float32(max(size - 1, 1))
-    floor = np.floor(src)
-    raw = floor[:, None] + np.array([0.0, 1.0], np.float32)
-    weights = np.clip(np.float32(1) - np.abs(src[:, None] - raw), 0, None).astype(np.float32)
-    return np.clip(raw.astype(np.int64), 0, side - 1), weights
-
-
-def position_embedding_taps(grids: Sequence[Grid], merge: int, side: int) -> tuple[np.ndarray, np.ndarray]:
-    """Indices [N, 4] into the flattened side x side learned grid and bilinear weights [N, 4] per patch."""
-    indices, weights = [], []
-    for grid in grids:
-        t, h, w = grid
-        rows, cols = _patch_coordinates([grid], merge).T
-        row_taps, row_weights = _bilinear_taps(rows, h, side)
-        col_taps, col_weights = _bilinear_taps(cols, w, side)
-        indices.append((row_taps[:, :, None] * side + col_taps[:, None, :]).reshape(-1, 4))
-        weights.append((row_weights[:, :, None] * col_weights[:, None, :]).reshape(-1, 4))
-    return np.concatenate(indices).astype(np.int32), np.concatenate(weights)
-
-
-def vision_rope(grids: Sequence[Grid], merge: int, head_dim: int, theta: float) -> tuple[jax.Array, jax.Array]:
-    """cos, sin [N, head_dim] float32 of the axial 2-D RoPE: a quarter of the dims per axis, [row, col] twice."""
+def vision_rope(coords: jax.Array, head_dim: int, theta: float) -> tuple[jax.Array, jax.Array]:
+    """cos, sin [N, head_dim] float32 of the axial 2-D RoPE at patch coordinates [N, 2] (row, col): a quarter
+    of the dims per axis, [row, col] twice."""
     quarter = head_dim // 4
     inv_freq = 1.0 / (np.float32(theta) ** (np.arange(0, 2 * quarter, 2, dtype=np.float32) / np.float32(2 * quarter)))
-    coords = jnp.asarray(_patch_coordinates(grids, merge), jnp.float32)
+    coords = jnp.asarray(coords).astype(jnp.float32)
     angles = (coords[:, :, None] * jnp.asarray(inv_freq.astype(np.float32))).reshape(coords.shape[0], -1)
     angles = jnp.concatenate([angles, angles], axis=-1)
     return jnp.cos(angles), jnp.sin(angles)
+
+
+def _bilinear_taps(index: jax.Array, size: jax.Array, side: int) -> tuple[jax.Array, jax.Array]:
+    """align_corners=True bilinear taps [..., 2] into a `side`-long axis and their weights, in float32 as torch
+    computes them (target index i of `size` samples source i * (side - 1) / (size - 1))."""
+    src = index.astype(jnp.float32) * np.float32(side - 1) / jnp.maximum(size - 1, 1).astype(jnp.float32)
+    raw = jnp.floor(src)[..., None] + jnp.array([0.0, 1.0], jnp.float32)
+    weights = jnp.clip(1.0 - jnp.abs(src[..., None] - raw), 0.0, None)
+    return jnp.clip(raw.astype(jnp.int32), 0, side - 1), weights
+
+
+def interpolated_position_embedding(table: jax.Array, layout: PatchLayout) -> jax.Array:
+    """The learned side x side position grid `table` [side², embed], bilinearly resized to each patch's
+    image and read at the patch [P, embed] float32 (0 for padding). Computed from the layout's
+    arrays rather than host tables, so that it does not fix the image sizes of a program."""
+    side = round(table.shape[0] ** 0.5)
+    coords, grid_hw = jnp.asarray(layout.coords), jnp.asarray(layout.grid_hw)
+    row_taps, row_weights = _bilinear_taps(coords[:, 0], grid_hw[:, 0], side)
+    col_taps, col_weights = _bilinear_taps(coords[:, 1], grid_hw[:, 1], side)
+    taps = (row_taps[:, :, None] * side + col_taps[:, None, :]).reshape(-1, 4)
+    weights = (row_weights[:, :, None] * col_weights[:, None, :]).reshape(-1, 4)
+    weights = jnp.where(jnp.asarray(layout.valid)[:, None], weights, 0.0)
+    return jnp.sum(table[taps] * weights[:, :, None], axis=1)
 
 
 def _rotate(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
@@ -95,44 +85,79 @@ def _rotate(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
     return (x32 * cos[:, None, :] + rotated * sin[:, None, :]).astype(x.dtype)
 
 
-def _dense_attention(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
+def _dense_attention(q: jax.Array, k: jax.Array, v: jax.Array, visible: jax.Array) -> jax.Array:
     logits = jnp.einsum("qhd,khd->hqk", q, k, preferred_element_type=jnp.float32) * (q.shape[-1] ** -0.5)
-    weights = jax.nn.softmax(logits, axis=-1).astype(v.dtype)
+    weights = jax.nn.softmax(jnp.where(visible, logits, flash.MASKED_LOGIT), axis=-1).astype(v.dtype)
     return jnp.einsum("hqk,khd->qhd", weights, v, preferred_element_type=jnp.float32).astype(v.dtype)
 
 
-def image_attention(q: jax.Array, k: jax.Array, v: jax.Array, query_chunk: int | None = None,
-                    key_chunk: int | None = None) -> jax.Array:
-    """Full bidirectional attention within one image, [n, heads, head_dim].
+def _segment_range(segments: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Smallest and largest segment of a chunk, ignoring its chunk padding (-1)."""
+    return jnp.min(jnp.where(segments >= 0, segments, jnp.iinfo(jnp.int32).max)), jnp.max(segments)
+
+
+def segment_attention(q: jax.Array, k: jax.Array, v: jax.Array, segments: jax.Array, valid: jax.Array | None = None,
+                      query_chunk: int | None = None, key_chunk: int | None = None) -> jax.Array:
+    """Bidirectional attention within segments (one per image frame) of a run of packed patches,
+    q, k, v [n, heads, head_dim]; segments [n] int, non-decreasing (the images in order); valid [n] marks
+    real patches (a query chunk of padding only is skipped, its outputs 0).
 
     Beyond `query_chunk` patches it is flash-style (`flash.online_softmax_update`): query chunks in
     sequence, each scanning key chunks, so at most query_chunk x key_chunk scores per head exist at a
     time (on a CPU about twice as fast as full rows of scores for a 8160-patch screenshot; tiles from
     128 x 512 to 1024 x 1024 all ran within 10% of each other there, about 0.7 CPU-s per block on 2
-    cores, mostly the exponentials). Each query chunk is rematerialised in the backward."""
+    cores, mostly the exponentials). Since segments do not decrease, a key chunk whose segment range
+    misses the query chunk's holds no visible key and is skipped (`lax.cond`, not a mask): packed
+    images and bucket padding then cost about what separate, unpadded images do. Each query chunk is
+    rematerialised in the backward."""
     n = q.shape[0]
     query_chunk, key_chunk = query_chunk or _QUERY_CHUNK, key_chunk or _KEY_CHUNK
+    segments = jnp.asarray(segments, jnp.int32)
+    valid = jnp.ones((n,), jnp.bool_) if valid is None else jnp.asarray(valid, jnp.bool_)
     if n <= query_chunk:
-        return _dense_attention(q, k, v)
+        return _dense_attention(q, k, v, segments[:, None] == segments[None, :])
     heads, head_dim = q.shape[1:]
     keys, values = flash.chunks(k, 0, key_chunk), flash.chunks(v, 0, key_chunk)
-    key_valid = flash.chunks(jnp.ones((n,), jnp.bool_), 0, key_chunk)
+    # Chunk padding gets segment -1, which no query has: those keys are never visible.
+    key_segments = flash.chunks(segments + 1, 0, key_chunk) - 1
+    key_ranges = jax.vmap(_segment_range)(key_segments)
 
-    def one_query_chunk(q_chunk):
-        def over_keys(carry, block):
-            k_block, v_block, valid = block
+    def one_query_chunk(block):
+        q_chunk, q_segments, q_valid = block
+        # The range of the real queries only: chunks of bucket padding are skipped even next to them
+        # (padding queries then see fewer keys; nothing reads their outputs).
+        low, high = _segment_range(jnp.where(q_valid, q_segments, -1))
+
+        def fold(carry, key_block):
+            k_block, v_block, k_segments = key_block
             logits = jnp.einsum("qhd,khd->hqk", q_chunk, k_block, preferred_element_type=jnp.float32)
-            logits = jnp.where(valid, logits, flash.MASKED_LOGIT)
-            return flash.online_softmax_update(carry, logits, v_block, "hqk,khd->hqd"), None
+            logits = jnp.where(q_segments[:, None] == k_segments[None, :], logits, flash.MASKED_LOGIT)
+            return flash.online_softmax_update(carry, logits, v_block, "hqk,khd->hqd")
 
-        carry, _ = jax.lax.scan(over_keys, flash.online_softmax_start((heads, query_chunk), head_dim),
-                                (keys, values, key_valid))
-        return jnp.moveaxis(flash.online_softmax_finish(carry), 0, 1).astype(v.dtype)
+        def over_keys(carry, key_block):
+            *block, (k_low, k_high) = key_block
+            overlaps = (k_low <= high) & (k_high >= low)
+            return jax.lax.cond(overlaps, fold, lambda c, _: c, carry, tuple(block)), None
+
+        def attend(_):
+            carry, _ = jax.lax.scan(over_keys, flash.online_softmax_start((heads, query_chunk), head_dim),
+                                    (keys, values, key_segments, key_ranges))
+            return jnp.moveaxis(flash.online_softmax_finish(carry), 0, 1).astype(v.dtype)
+
+        return jax.lax.cond(jnp.any(q_valid), attend, lambda _: jnp.zeros(q_chunk.shape, v.dtype), None)
 
     # Scaling the queries rather than each block's scores saves a pass over them.
     scaled = (q.astype(jnp.float32) * (head_dim ** -0.5)).astype(q.dtype)
-    out = jax.lax.map(jax.checkpoint(one_query_chunk), flash.chunks(scaled, 0, query_chunk))
+    query_blocks = (flash.chunks(scaled, 0, query_chunk), flash.chunks(segments + 1, 0, query_chunk) - 1,
+                    flash.chunks(valid, 0, query_chunk))
+    out = jax.lax.map(jax.checkpoint(one_query_chunk), query_blocks)
     return out.reshape(-1, heads, head_dim)[:n]
+
+
+def image_attention(q: jax.Array, k: jax.Array, v: jax.Array, query_chunk: int | None = None,
+                    key_chunk: int | None = None) -> jax.Array:
+    """Full bidirectional attention within one image, [n, heads, head_dim] (`segment_attention`, one segment)."""
+    return segment_attention(q, k, v, jnp.zeros((q.shape[0],), jnp.int32), None, query_chunk, key_chunk)
 
 
 class VisionAttention(nnx.Module):
@@ -143,19 +168,11 @@ class VisionAttention(nnx.Module):
         self.qkv = Projection((e,), (3, h, d), in_axes=("embed",), out_axes=(None, "heads", "head_dim"), **dims)
         self.proj = Projection((h, d), (e,), in_axes=("heads", "head_dim"), out_axes=("embed",), **dims)
 
-    def __call__(self, x: jax.Array, cos: jax.Array, sin: jax.Array, segments: Sequence[int]) -> jax.Array:
+    def __call__(self, x: jax.Array, cos: jax.Array, sin: jax.Array, segments: jax.Array,
+                 valid: jax.Array) -> jax.Array:
         qkv = self.qkv(x)
         q, k, v = _rotate(qkv[:, 0], cos, sin), _rotate(qkv[:, 1], cos, sin), qkv[:, 2]
-        if len(set(segments)) == 1 and len(segments) > 1:   # images of one size (screenshots): one batched program
-            shape = (len(segments), segments[0]) + q.shape[1:]
-            out = jax.vmap(image_attention)(q.reshape(shape), k.reshape(shape), v.reshape(shape))
-            return self.proj(out.reshape(q.shape))
-        outs, start = [], 0
-        for length in segments:
-            window = slice(start, start + length)
-            outs.append(image_attention(q[window], k[window], v[window]))
-            start += length
-        return self.proj(jnp.concatenate(outs, axis=0))
+        return self.proj(segment_attention(q, k, v, segments, valid))
 
 
 class VisionMLP(nnx.Module):
@@ -182,8 +199,8 @@ class VisionBlock(nnx.Module):
         self.norm2 = LayerNorm(cfg.hidden_size, cfg.layer_norm_eps, **norms)
         self.mlp = VisionMLP(cfg, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
 
-    def __call__(self, x, cos, sin, segments):
-        x = x + self.attn(self.norm1(x), cos, sin, segments)
+    def __call__(self, x, cos, sin, segments, valid):
+        x = x + self.attn(self.norm1(x), cos, sin, segments, valid)
         return x + self.mlp(self.norm2(x))
 
 
@@ -226,23 +243,27 @@ class VisionTower(nnx.Module):
         self.deepstack_mergers = nnx.List([PatchMerger(cfg, postshuffle=True, **dims)
                                            for _ in cfg.deepstack_visual_indexes])
 
-    def __call__(self, pixel_values: jax.Array, grids: Sequence[Grid]) -> tuple[jax.Array, jax.Array]:
+    def __call__(self, pixel_values: jax.Array, layout: PatchLayout | Sequence[Grid]) -> tuple[jax.Array, jax.Array]:
+        """`layout`: the grids of the images in `pixel_values` (host data, exact shapes) or their `PatchLayout`
+        (arrays, possibly traced, padded to pixel_values' rows: the program then depends on the row count
+        only). Outputs keep one row per merge² patches, padding included."""
         cfg = self.config
-        grids = [tuple(int(v) for v in grid) for grid in grids]
-        if pixel_values.shape[0] != sum(t * h * w for t, h, w in grids):
-            raise ValueError(f"pixel_values has {pixel_values.shape[0]} rows for grids {grids}")
-        merge = cfg.spatial_merge_size
-        taps, tap_weights = position_embedding_taps(grids, merge, round(cfg.num_position_embeddings ** 0.5))
-        table = self.pos_embed[...].astype(jnp.float32)
-        position = jnp.sum(table[jnp.asarray(taps)] * jnp.asarray(tap_weights)[:, :, None], axis=1)
+        if not isinstance(layout, PatchLayout):
+            layout = self.layout(layout)
+        if pixel_values.shape[0] != layout.size:
+            raise ValueError(f"pixel_values has {pixel_values.shape[0]} rows for a layout of {layout.size} patches")
+        position = interpolated_position_embedding(self.pos_embed[...].astype(jnp.float32), layout)
         x = self.patch_embed(pixel_values) + position.astype(self.dtype)
-        cos, sin = vision_rope(grids, merge, cfg.head_dim, cfg.rope_theta)
-        segments = [h * w for t, h, w in grids for _ in range(t)]
+        cos, sin = vision_rope(layout.coords, cfg.head_dim, cfg.rope_theta)
         deepstack = []
         for index, block in enumerate(self.blocks):
-            x = block(x, cos, sin, segments)
+            x = block(x, cos, sin, layout.segments, layout.valid)
             if index in cfg.deepstack_visual_indexes:
                 deepstack.append(self.deepstack_mergers[cfg.deepstack_visual_indexes.index(index)](x))
         embeddings = self.merger(x)
         stacked = jnp.stack(deepstack) if deepstack else jnp.zeros((0, *embeddings.shape), embeddings.dtype)
         return embeddings, stacked
+
+    def layout(self, grids: Sequence[Grid], size: int | None = None) -> PatchLayout:
+        """The host-side `PatchLayout` of `grids` for this tower, padded to `size` patches (default: exact)."""
+        return patch_layout(grids, self.config.spatial_merge_size, size)

@@ -117,18 +117,20 @@ def reference_logits(model, input_ids, mask, pixel_values=None, grid_thw=None) -
     return out.logits.float().numpy()
 
 
-def screenshot_examples(eos: int = 7) -> list:
-    """Train examples: two rows with one and two same-size screenshots, one text-only row; responses end
-    with `eos`."""
+def screenshot_examples(eos: int = 7, sizes=((64, 96),)) -> list:
+    """Train examples: two rows with one and two screenshots (sizes cycled from `sizes`), one text-only row;
+    responses end with `eos`."""
     from rlanything_jax.rl.data import Example
 
     rng = np.random.default_rng(0)
-    out = []
+    out, used = [], 0
     for count, advantage in [(1, 1.0), (2, -0.5), (0, 0.8)]:
         ids = list(rng.integers(10, 400, 3))
         for _ in range(count):
             ids += [START, IMAGE, END] + list(rng.integers(10, 400, 2))
-        prompt, prepared = processor.prepare_prompt(ids, images([(64, 96)] * count, seed=count), IMAGE)
+        row_sizes = [sizes[(used + k) % len(sizes)] for k in range(count)]
+        used += count
+        prompt, prepared = processor.prepare_prompt(ids, images(row_sizes, seed=count), IMAGE)
         response = list(rng.integers(10, 400, 5)) + [eos]
         out.append(Example(prompt, response, advantage, [-3.0] * len(response), images=prepared or None))
     return out
