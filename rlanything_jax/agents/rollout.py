@@ -216,7 +216,8 @@ def _fits(slot: _Live, config: RolloutConfig, policy: Sampler) -> bool:
 def _ensure_room(policy: Sampler, conversation: Conversation | None, live: list[_Live],
                  config: RolloutConfig, metrics: Counter) -> Conversation:
     """Keeps the shared conversation if it can take this turn; else re-prefills the live rows."""
-    if any(s.reprefill for s in live):   # one row's cache cannot be rewound alone: prefill them all
+    reprefill = any(s.reprefill for s in live)   # one row's cache cannot be rewound alone: prefill them all
+    if reprefill:
         metrics["rollout/reprefills"] += 1
     elif conversation is not None and all(s.row >= 0 for s in live):
         needed = conversation.used_columns + bucket_length(max(len(s.pending) for s in live), 1) \
@@ -225,7 +226,7 @@ def _ensure_room(policy: Sampler, conversation: Conversation | None, live: list[
         if needed <= conversation.cache_length and len(live) > batch // 2:
             return conversation
     # Compaction: a fresh conversation holding only the live rows' histories.
-    metrics["rollout/compactions"] += conversation is not None and not any(s.reprefill for s in live)
+    metrics["rollout/compactions"] += conversation is not None and not reprefill
     prompt_columns = bucket_length(max(len(s.history) + len(s.pending) for s in live), 16)
     # Room for a few more turns before the next compaction, within the sampler's limit.
     wanted = min(2 * (prompt_columns + config.max_new_tokens), policy.config.max_cache_length)
