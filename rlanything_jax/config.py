@@ -97,11 +97,13 @@ class LoopConfig:
     total_steps: int = 200
     save_every: int = 30
     eval_every: int = 5
+    traces_per_step: int = 2   # episodes written to <workdir>/traces/step_NNNN/ each step (rlanything_jax.traces)
 
     def __post_init__(self):
         validation.non_negative_int("total_steps", self.total_steps)
         validation.positive_int("save_every", self.save_every)
         validation.positive_int("eval_every", self.eval_every)
+        validation.non_negative_int("traces_per_step", self.traces_per_step)
 
 
 @dataclasses.dataclass(frozen=True)

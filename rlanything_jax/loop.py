@@ -88,6 +88,8 @@ class Services:
     step_labeler: StepLabeler | None = None
     seed: int = 0
     log: Callable[[str], None] = print
+    # Writes a few of each step's judged episodes for people to look at (`traces.write_step_traces`).
+    write_traces: Callable[[int, Sequence[JudgedEpisode]], None] | None = None
 
     @property
     def reward_model(self) -> StepJudge | UnitTestWriter | None:
@@ -147,7 +149,10 @@ def rl_step(state: SystemState, services: Services, settings: LoopSettings) -> t
     if settings.reward_model_use == JUDGE_STEPS:
         judgments = services.judge.judge(episodes, judge_config, metrics)
         phase.done("judge", f"{sum(len(e.steps) for e in episodes)} steps x {settings.judge.num_judgments}")
-    groups = group_by_task([JudgedEpisode(e, j) for e, j in zip(episodes, judgments)])
+    judged_episodes = [JudgedEpisode(e, j) for e, j in zip(episodes, judgments)]
+    if services.write_traces is not None:
+        services.write_traces(step, judged_episodes)
+    groups = group_by_task(judged_episodes)
     unit_tests: dict[str, UnitTestJudgments] = {}
     if settings.reward_model_use == WRITE_UNIT_TESTS:
         unit_tests = services.test_writer.write({k: [j.episode for j in v] for k, v in groups.items()},

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rlanything_jax import assemble, warm_start
+from rlanything_jax import assemble, traces, warm_start
 from rlanything_jax.agents.judging import StepJudge
 from rlanything_jax.agents.rollout import RolloutEngine
 from rlanything_jax.agents.scenario import JUDGE_STEPS, WRITE_UNIT_TESTS, Scenario, TaskSets
@@ -135,11 +135,24 @@ def build_system(cfg: RunConfig, workdir: Path, log: Callable[[str], None]) -> S
         judge=StepJudge(samplers["reward"], scenario.prompts) if use == JUDGE_STEPS else None,
         test_writer=UnitTestWriter(samplers["reward"], scenario.prompts) if use == WRITE_UNIT_TESTS else None,
         generator=assemble.task_generator(cfg, scenario, workdir, environment_sampler),
-        step_labeler=None if expert is None else expert.step_label, seed=cfg.seed, log=log)
+        step_labeler=None if expert is None else expert.step_label, seed=cfg.seed, log=log,
+        write_traces=_trace_writer(workdir, cfg.loop.traces_per_step, log))
     system = System(cfg=cfg, workdir=workdir, scenario=scenario, tasks=tasks, services=services, settings=settings,
                     runner=runner, samplers=samplers, learners=learners, expert_env=expert_env, probe=dict)
     system.probe = _judge_probe(system)
     return system
+
+
+def _trace_writer(workdir: Path, count: int, log: Callable[[str], None]):
+    if count == 0:
+        return None
+
+    def write(step: int, judged) -> None:
+        try:
+            traces.write_step_traces(judged, count, workdir / "traces" / f"step_{step:04d}")
+        except OSError as error:   # a full disk must not end the run over pictures
+            log(f"step {step}: episode traces not written: {error}")
+    return write
 
 
 def _judge_probe(system: System) -> Callable[[], dict[str, float]]:

@@ -264,6 +264,8 @@ def test_a_run_killed_at_seeded_points_resumes_to_exactly_the_uninterrupted_run(
         summary.pop("seconds_this_session")   # wall clock
     assert resumed_summary == straight_summary
     assert (resumed_dir / "curves.png").read_bytes()[:4] == b"\x89PNG" and list((resumed_dir / "tensorboard").iterdir())
+    for step in range(1, TOTAL_STEPS + 1):   # loop.traces_per_step episodes per step
+        assert len(list((straight_dir / "traces" / f"step_{step:04d}").glob("*/trace.html"))) == 2, step
 
 @pytest.mark.slow
 def test_a_finished_run_says_so_and_changes_nothing_when_run_again(tmp_path):
