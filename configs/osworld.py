@@ -45,20 +45,23 @@ def cpu_run(cfg) -> None:
         cfg.model[role].path = "scratch_vl"
     cfg.model.scratch.update(num_layers=2, hidden_size=128, intermediate_size=256, num_heads=4, num_kv_heads=2,
                              head_dim=32, vocab_size=2048)
+    # Four task families and infeasible requests: the warm start's tasks are the pool's families with other
+    # seeds (a 2-layer model from scratch learns a family from its demonstrations, not a new one).
     cfg.tasks.update(provider="local", screen_width=640, screen_height=360, max_pixels=352 * 192, max_steps=3,
-                     settle_s=0.3)
+                     settle_s=0.3, families="make-dirs,rename-dir,write-file,infeasible")
     cfg.env.update(num_train_tasks=4, num_eval_tasks=4, workers=2, step_timeout_s=120.0)
-    cfg.loop.update(total_steps=3, save_every=1, eval_every=3)
-    cfg.rollout.update(tasks_per_step=2, group_size=2, max_turns=3, max_new_tokens=96, max_prompt_tokens=2048,
-                       max_live_episodes=4, temperature=1.0, top_p=1.0)
+    cfg.loop.update(total_steps=5, save_every=1, eval_every=5)
+    # 192 new tokens: the bundled experts' longest answer is 188 tokens of the run's own tokenizer.
+    cfg.rollout.update(tasks_per_step=2, group_size=2, max_turns=3, max_new_tokens=192, max_prompt_tokens=2048,
+                       max_live_episodes=4)
     cfg.reward.update(num_judgments=3, max_new_tokens=32, temperature=0.8, top_p=1.0)
     cfg.eval.update(group_size=1, temperature=0.0, max_turns=3, judge_probe_tasks=2)
     cfg.curriculum.generator = "procedural"
-    cfg.warm_start.update(enabled=True, num_tasks=6, policy_epochs=10, reward_epochs=6, learning_rate=1e-3,
+    cfg.warm_start.update(enabled=True, num_tasks=6, policy_epochs=30, reward_epochs=10, learning_rate=1e-3,
                           batch_size=4, negatives_per_step=1)
     for role in ("policy", "reward"):
         cfg.train[role].update(learning_rate=1e-4, updates_per_step=1, micro_batch_size=4, max_prompt_tokens=2048,
-                               max_response_tokens=128, aggregation="token_mean")
+                               max_response_tokens=200, aggregation="token_mean")
 
 
 def get_config(variant: str = "paper"):

@@ -8,8 +8,12 @@ has no network, so its server listens on a Unix socket, named `unix:/path/to/ser
 from __future__ import annotations
 
 import dataclasses
+import fcntl
+import hashlib
 import http.client
 import socket
+from collections.abc import Sequence
+from pathlib import Path
 
 DEFAULT_SERVER_PORT = 5000
 DEFAULT_CHROMIUM_PORT = 9222
@@ -92,3 +96,36 @@ def http_request(endpoint: VmEndpoint, method: str, path: str, body: bytes | Non
         return HttpResponse(response.status, response.getheader("Content-Type", ""), response.read())
     finally:
         connection.close()
+
+
+class EndpointClaim:
+    """One endpoint of a pool held by one environment while it lives: an flock per endpoint under
+    `lock_dir`, which the kernel drops when the holder exits (also on SIGKILL), so that parallel
+    environment workers, in one run or several, each drive their own VM."""
+
+    def __init__(self, endpoints: Sequence[str], lock_dir: str | Path):
+        if not endpoints:
+            raise ValueError("an endpoint pool needs at least one endpoint")
+        directory = Path(lock_dir)
+        directory.mkdir(parents=True, exist_ok=True)
+        for text in endpoints:
+            name = hashlib.sha1(str(VmEndpoint.parse(text)).encode()).hexdigest()[:16]
+            handle = open(directory / f"{name}.lock", "a+")
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.close()
+                continue
+            self.endpoint, self._handle = text, handle
+            return
+        raise PoolExhausted(f"all {len(endpoints)} OSWorld endpoints are held by other environments; give at "
+                            "least as many endpoints (tasks.endpoints) as environment workers (env.workers)")
+
+    def release(self) -> None:
+        if self._handle is not None:
+            self._handle.close()   # closing drops the flock
+            self._handle = None
+
+
+class PoolExhausted(RuntimeError):
+    """Every endpoint of the pool is claimed."""

@@ -25,6 +25,7 @@ import numpy as np
 from rlanything_jax.envs.base import Observation, StepResult, Task, register_env
 from rlanything_jax.scenarios.osworld.actions import CONTROL_ACTIONS, DONE, FAIL, WAIT
 from rlanything_jax.scenarios.osworld.client import OsWorldClient
+from rlanything_jax.scenarios.osworld.endpoint import EndpointClaim
 from rlanything_jax.scenarios.osworld.evaluator import evaluate
 from rlanything_jax.scenarios.osworld.local_desktop import DEFAULT_RUNTIME_ROOT, DesktopOptions, LocalDesktop
 from rlanything_jax.scenarios.osworld.setup_steps import SetupContext, run_setup
@@ -43,7 +44,9 @@ class DesktopEnvSettings:
     runtime_root: str = DEFAULT_RUNTIME_ROOT
     cache_root: str = "cache"           # the offline download cache, <cache_root>/<task_id>/...
     client_password: str = "password"
-    endpoint: str = ""                  # a VM's server instead of a local session (then no revert on reset)
+    # OSWorld VM servers instead of local sessions (comma-separated; no revert on reset): each environment
+    # claims one of them for its lifetime (`endpoint.EndpointClaim`).
+    endpoints: str = ""
 
     @classmethod
     def from_payload(cls, values: dict[str, Any] | None) -> DesktopEnvSettings:
@@ -68,6 +71,8 @@ def png_to_array(data: bytes) -> np.ndarray:
 class OsWorldEnv:
     def __init__(self) -> None:
         self._desktop: LocalDesktop | None = None
+        self._claim: EndpointClaim | None = None
+        self._claimed_from = ""
         self._client: OsWorldClient | None = None
         self._task: OsWorldTask | None = None
         self._settings = DesktopEnvSettings()
@@ -86,8 +91,13 @@ class OsWorldEnv:
         return self._observe()
 
     def _fresh_client(self, settings: DesktopEnvSettings) -> OsWorldClient:
-        if settings.endpoint:
-            return OsWorldClient(settings.endpoint)
+        if settings.endpoints:
+            if self._claim is None or self._claimed_from != settings.endpoints:
+                self.close()
+                pool = [e.strip() for e in settings.endpoints.split(",") if e.strip()]
+                self._claim = EndpointClaim(pool, f"{settings.runtime_root}/endpoint-claims")
+                self._claimed_from = settings.endpoints
+            return OsWorldClient(self._claim.endpoint)
         options = DesktopOptions(width=settings.screen_width, height=settings.screen_height,
                                  runtime_root=settings.runtime_root, sudo_password=settings.client_password)
         if self._desktop is not None and self._desktop.options == options:
@@ -131,6 +141,9 @@ class OsWorldEnv:
         if self._desktop is not None:
             self._desktop.close()
             self._desktop = None
+        if self._claim is not None:
+            self._claim.release()
+            self._claim = None
 
 
 register_env(ENV_KIND, OsWorldEnv)

@@ -21,6 +21,7 @@ from rlanything_jax.scenarios import register_scenario
 from rlanything_jax.scenarios.osworld import env as desktop_env
 from rlanything_jax.scenarios.osworld.agent_prompts import PAPER_MAX_PIXELS, DesktopAgentPrompts
 from rlanything_jax.scenarios.osworld.bundled_tasks import bundled_tasks
+from rlanything_jax.scenarios.osworld.endpoint import VmEndpoint
 from rlanything_jax.scenarios.osworld.expert import DesktopExpert
 from rlanything_jax.scenarios.osworld.generators import EvaluatorRewriteGenerator, KnobGenerator
 from rlanything_jax.scenarios.osworld.judge_prompts import DesktopJudgePrompts
@@ -47,6 +48,7 @@ class OsWorldOptions:
     provider: str = "remote"        # "remote": OSWorld VM servers at `endpoints`; "local": local desktop sessions
     endpoints: str = ""             # comma-separated host:port of OSWorld servers
     task_dir: str = ""              # OSWorld task JSON (train/ and heldout/ below it, or one folder); "": bundled
+    families: str = ""              # comma-separated bundled task families to use (`task_families`); "": all
     screen_width: int = 1920
     screen_height: int = 1080
     max_steps: int = 30             # desktop steps per episode (the evaluator runs after the last)
@@ -60,17 +62,29 @@ class OsWorldOptions:
         for key in ("screen_width", "screen_height", "max_steps", "max_pixels", "image_history"):
             validation.positive_int(key, getattr(self, key))
         validation.non_negative("settle_s", self.settle_s)
+        for text in self.endpoint_list:
+            try:
+                VmEndpoint.parse(text)
+            except ValueError as error:
+                raise ConfigError("tasks.endpoints", str(error), self.endpoints) from None
+        unknown = sorted(set(self.family_list) - set(FAMILIES) - {"infeasible"})
+        if unknown:
+            raise ConfigError("tasks.families", f"unknown task families {', '.join(unknown)}; the bundled ones are "
+                              f"{', '.join(FAMILIES)}, infeasible", self.families)
+
+    @property
+    def family_list(self) -> list[str]:
+        return [f.strip() for f in self.families.split(",") if f.strip()]
 
     @property
     def endpoint_list(self) -> list[str]:
         return [e.strip() for e in self.endpoints.split(",") if e.strip()]
 
     def settings(self) -> desktop_env.DesktopEnvSettings:
-        endpoints = self.endpoint_list if self.provider == "remote" else []
+        endpoints = ",".join(self.endpoint_list) if self.provider == "remote" else ""
         return desktop_env.DesktopEnvSettings(screen_width=self.screen_width, screen_height=self.screen_height,
                                               max_steps=self.max_steps, settle_s=self.settle_s,
-                                              runtime_root=self.runtime_root,
-                                              endpoint=endpoints[0] if endpoints else "")
+                                              runtime_root=self.runtime_root, endpoints=endpoints)
 
 
 class DesktopPrompts(DesktopAgentPrompts, DesktopJudgePrompts):
@@ -82,12 +96,13 @@ class DesktopPrompts(DesktopAgentPrompts, DesktopJudgePrompts):
 
 
 def _seed_major(tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Bundled tasks ordered seed by seed, so that the first k cover k families (infeasible ones last)."""
+    """Bundled tasks ordered seed by seed, so that the first k cover k families; an infeasible request is one
+    more family (its seed's one comes after that seed's feasible tasks)."""
     order = {family: i for i, family in enumerate(FAMILIES)}
 
     def key(task):
         knobs = task.get("rla_knobs") or {}
-        return (knobs.get("family") == "infeasible", knobs.get("seed", 0), order.get(knobs.get("family"), 99))
+        return (knobs.get("seed", 0), order.get(knobs.get("family"), len(order)))
 
     return sorted(tasks, key=key)
 
@@ -116,7 +131,9 @@ class OsWorldScenario:
 
     def _split(self, split: str) -> list[dict[str, Any]]:
         if not self.options.task_dir:
-            return _seed_major(bundled_tasks(split))
+            wanted = set(self.options.family_list)
+            return _seed_major([t for t in bundled_tasks(split)
+                                if not wanted or (t.get("rla_knobs") or {}).get("family") in wanted])
         root = Path(self.options.task_dir).expanduser()
         folder = root / split if (root / split).is_dir() else root
         loaded = load_task_dir(folder)

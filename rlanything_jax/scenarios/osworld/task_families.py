@@ -2,8 +2,9 @@
 archives, permissions, small scripts and desktop settings (gsettings) in the local session's terminal,
 plus infeasible requests.
 
-A family builds one task from a seed and knobs (`n`: how many files, lines or directories, the
-difficulty knob that harder/easier rewrites move). Every task carries its scripted expert in
+A family builds one task from a seed and knobs (`n`: how many files, lines or directories, and
+`hint`: none, the program to use, or the whole command; the difficulty knobs that harder/easier
+rewrites move). Every task carries its scripted expert in
 `rla_expert`: the `computer_use` arguments an agent would write (type a command into the terminal
 that setup opened, then terminate), played through the real protocol; and its family and knobs in
 `rla_knobs`. OSWorld's loader ignores both fields, so the files stay valid OSWorld tasks.
@@ -249,31 +250,56 @@ INFEASIBLE = (
 )
 
 
-def build_task(family: str, seed: int, n: int = 2) -> dict[str, Any]:
-    """One task of `family` (or "infeasible"); `n` is clamped into 1..MAX_N."""
-    n = min(max(int(n), 1), MAX_N)
+HINTS = 2   # 1: which program to use; 2: the whole command (infeasible requests: 1, that it cannot be done)
+
+
+def hint_text(family: str, command: str, hint: int) -> str:
+    """What an easier rewrite adds to the instruction (the reference's environment model adds hints too)."""
+    if hint <= 0:
+        return ""
     if family == "infeasible":
-        instruction = INFEASIBLE[seed % len(INFEASIBLE)]
+        return " (Hint: this computer cannot do that; report that the task cannot be done.)"
+    if hint == 1:
+        return f" (Hint: one shell command in the open terminal does it, starting with `{command.split()[0]}`.)"
+    return f" (Hint: type this command into the open terminal, then finish: {command})"
+
+
+def build_task(family: str, seed: int, n: int = 2, hint: int = 0) -> dict[str, Any]:
+    """One task of `family` (or "infeasible"); `n` is clamped into 1..MAX_N, `hint` into 0..HINTS."""
+    n = min(max(int(n), 1), MAX_N)
+    hint = min(max(int(hint), 0), 1 if family == "infeasible" else HINTS)
+    if family == "infeasible":
+        instruction = INFEASIBLE[seed % len(INFEASIBLE)] + hint_text(family, "", hint)
         config, evaluator = [], {"func": "infeasible"}
         expert = [{"action": "terminate", "status": "failure"}]
         task_id, knobs = f"rla-infeasible-{seed}", {"family": family, "seed": seed}
     else:
         instruction, config, evaluator, command = FAMILIES[family](random.Random(f"{family}:{seed}:{n}"), n)
+        instruction += hint_text(family, command, hint)
         config = [*config, *OPEN_TERMINAL]
         expert = terminal_expert(command)
         task_id, knobs = f"rla-{family}-s{seed}-n{n}", {"family": family, "seed": seed, "n": n}
+    if hint:
+        task_id, knobs = f"{task_id}-h{hint}", {**knobs, "hint": hint}
     return {"id": task_id, "snapshot": "rla-local", "instruction": instruction, "source": "rlanything_jax",
             "config": config, "related_apps": ["os", "terminal"], "evaluator": evaluator,
             "rla_expert": expert, "rla_knobs": knobs}
 
 
 def rewrite(task: dict[str, Any], direction: int) -> dict[str, Any] | None:
-    """The same family and seed one step harder (+1) or easier (-1) on `n`; None when the task
-    has no knob to move there (infeasible tasks, or `n` at its bound)."""
+    """The same family and seed one step harder (+1) or easier (-1): easier lowers `n`, then adds hints;
+    harder takes hints away, then raises `n`. None when there is no knob left to move that way."""
     knobs = task.get("rla_knobs") or {}
-    if knobs.get("family") not in FAMILIES or "n" not in knobs:
+    family = knobs.get("family")
+    if family not in FAMILIES and family != "infeasible":
         return None
-    n = int(knobs["n"]) + (1 if direction > 0 else -1)
-    if not 1 <= n <= MAX_N:
-        return None
-    return build_task(knobs["family"], int(knobs["seed"]), n)
+    seed, hint = int(knobs.get("seed", 0)), int(knobs.get("hint", 0))
+    n = int(knobs.get("n", 1))
+    most_hints = 1 if family == "infeasible" else HINTS
+    if direction > 0:
+        if hint > 0:
+            return build_task(family, seed, n, hint - 1)
+        return build_task(family, seed, n + 1) if family != "infeasible" and n < MAX_N else None
+    if family != "infeasible" and n > 1:
+        return build_task(family, seed, n - 1, hint)
+    return build_task(family, seed, n, hint + 1) if hint < most_hints else None

@@ -39,8 +39,24 @@ def test_rewrites_move_the_difficulty_knob():
     assert harder["rla_knobs"] == {"family": "copy-by-extension", "seed": 4, "n": 3}
     assert len(harder["evaluator"]["expected"]["rules"]["expected"]) == 3
     assert len(easier["evaluator"]["expected"]["rules"]["expected"]) == 1
-    assert rewrite(easier, -1) is None and rewrite(build_task("infeasible", 0), +1) is None
     assert build_task("sort-lines", 1, 2) == build_task("sort-lines", 1, 2)   # deterministic
+
+
+def test_below_one_file_easier_rewrites_add_hints_and_harder_ones_take_them_away_first():
+    task = build_task("make-dirs", seed=0, n=1)
+    command = task["rla_expert"][0]["text"].strip()
+    program_hint, command_hint = rewrite(task, -1), rewrite(rewrite(task, -1), -1)
+    assert program_hint["id"] == "rla-make-dirs-s0-n1-h1" and program_hint["rla_knobs"]["hint"] == 1
+    assert program_hint["instruction"].startswith(task["instruction"]) and "`mkdir`" in program_hint["instruction"]
+    assert command_hint["instruction"].endswith(f"then finish: {command})")
+    assert rewrite(command_hint, -1) is None                     # nothing easier than the command itself
+    assert rewrite(command_hint, +1) == program_hint and rewrite(program_hint, +1) == task
+    assert rewrite(task, +1)["id"] == "rla-make-dirs-s0-n2"      # no hint left: more directories
+    assert program_hint["rla_expert"] == task["rla_expert"] and program_hint["evaluator"] == task["evaluator"]
+    infeasible = build_task("infeasible", 0)
+    assert rewrite(infeasible, +1) is None
+    hinted = rewrite(infeasible, -1)
+    assert "cannot be done" in hinted["instruction"] and rewrite(hinted, -1) is None and rewrite(hinted, +1) == infeasible
 
 
 @pytest.mark.slow

@@ -14,7 +14,7 @@ import pytest
 
 from rlanything_jax.scenarios.osworld import desktop_server
 from rlanything_jax.scenarios.osworld.client import PNG_MAGIC, OsWorldClient, VmUnavailable, is_image
-from rlanything_jax.scenarios.osworld.endpoint import VmEndpoint
+from rlanything_jax.scenarios.osworld.endpoint import EndpointClaim, PoolExhausted, VmEndpoint
 
 
 def _wait_for(path: Path, timeout_s: float = 10.0) -> None:
@@ -57,6 +57,31 @@ def test_endpoints_parse_like_a_providers_address():
     for bad in ("", ":5000", "vm:port", "vm:1:2", "vm:70000", "unix:relative.sock", "vm:5000:1:2:3:4"):
         with pytest.raises(ValueError, match="VM endpoint"):
             VmEndpoint.parse(bad)
+
+
+def test_an_endpoint_pool_gives_each_environment_its_own_vm_until_it_lets_go(tmp_path):
+    pool = ["vm1:5000", "vm2:5000"]
+    first, second = EndpointClaim(pool, tmp_path), EndpointClaim(pool, tmp_path)
+    assert {first.endpoint, second.endpoint} == set(pool)
+    with pytest.raises(PoolExhausted, match="tasks.endpoints"):
+        EndpointClaim(pool, tmp_path)
+    held = first.endpoint
+    first.release()
+    assert EndpointClaim(pool, tmp_path).endpoint == held
+    # A holder killed with SIGKILL frees its endpoint (the kernel drops the flock).
+    second.release()
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\n"
+                               "from rlanything_jax.scenarios.osworld.endpoint import EndpointClaim\n"
+                               f"claim = EndpointClaim(['vm3:5000'], {str(tmp_path)!r})\n"
+                               "print('held', flush=True); time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(PoolExhausted):
+            EndpointClaim(["vm3:5000"], tmp_path)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert EndpointClaim(["vm3:5000"], tmp_path).endpoint == "vm3:5000"
 
 
 # --- the project's server: JSON shapes ---------------------------------------------------------

@@ -45,5 +45,8 @@ def test_knob_rewrites_move_from_the_active_task():
     assert harder.payload["source"]["rla_knobs"]["n"] == 2 and harder.payload["raw_task_id"] == raw.task_id
     again = generator.propose(raw, harder, "harder", 1.0, [], 2)
     assert again.payload["source"]["rla_knobs"]["n"] == 3
-    assert generator.propose(raw, raw, "easier", 0.0, [], 1) is None   # n = 1 is the easiest
+    hinted = generator.propose(raw, raw, "easier", 0.0, [], 1)   # n = 1: easier adds a hint
+    assert hinted.payload["source"]["rla_knobs"]["hint"] == 1 and hinted.goal.startswith(raw.goal + " (Hint:")
+    spelled_out = generator.propose(raw, hinted, "easier", 0.0, [], 2)
+    assert generator.propose(raw, spelled_out, "easier", 0.0, [], 3) is None   # the whole command: the easiest
     assert generator.metrics["osworld/knobs/at_limit"] == 1
