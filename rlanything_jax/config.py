@@ -22,6 +22,7 @@ from typing import Any
 import ml_collections
 
 from rlanything_jax import sharding, validation
+from rlanything_jax.distributed import DistributedConfig
 from rlanything_jax.models.scratch import ScratchArchitecture
 from rlanything_jax.rl.train_config import TrainConfig
 from rlanything_jax.scenarios import scenario_names, scenario_options
@@ -288,6 +289,7 @@ class RunConfig:
     tasks: Any = None                # the scenario's own options dataclass (scenarios.scenario_options)
     eval: EvalConfig = EvalConfig()
     warm_start: WarmStartConfig = WarmStartConfig()
+    distributed: DistributedConfig = DistributedConfig()   # several processes (hosts): rlanything_jax.distributed
     config_file: str = ""            # where the config came from (`path[:variant]`), for the run's summary
 
     def __post_init__(self):

@@ -18,6 +18,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from rlanything_jax import distributed
 from rlanything_jax.config import DEFAULT_CONFIG, RunConfig, load_config
 from rlanything_jax.validation import ConfigError
 
@@ -30,7 +31,14 @@ USAGE = """usage: python -m rlanything_jax.main [--config=FILE.py[:VARIANT]] [--
 
 
 def _log(message: str) -> None:
-    print(f"[rlanything_jax {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+    tag = distributed.current().tag   # which process, when there are several
+    print(f"[rlanything_jax {time.strftime('%H:%M:%S')}{' ' + tag if tag else ''}] {message}", file=sys.stderr,
+          flush=True)
+
+
+def _error(error: BaseException) -> None:
+    tag = distributed.current().tag
+    print(f"error{' (' + tag + ')' if tag else ''}: {error}", file=sys.stderr, flush=True)
 
 
 class _StickyInterrupt:
@@ -107,6 +115,16 @@ def main(argv: Sequence[str]) -> int:
         print(json.dumps(dataclasses.asdict(cfg), indent=2, default=str))
         return 0
     _quiet_libraries()
+    try:
+        processes = distributed.initialize(cfg.distributed, log=_log)
+    except ConfigError as error:
+        _error(error)
+        return 2
+    if processes.count > 1:   # every process would drive its own loop and write the same workdir
+        _error(RuntimeError(f"this run has {processes.count} processes, and the loop does not yet split its "
+                            "episodes, batches and files between processes: run it as one process per host group "
+                            "for now (--config.distributed.mode=off)"))
+        return 2
     _log(describe(cfg))
     from rlanything_jax.loop import EnvironmentFailure
     from rlanything_jax.run import RunError, finished_step, run_rl
@@ -115,7 +133,7 @@ def main(argv: Sequence[str]) -> int:
         with _StickyInterrupt() as interrupt:
             summary = run_rl(cfg, log=interrupt.log)
     except (ConfigError, RunError, FileNotFoundError, ValueError, EnvironmentFailure) as error:
-        print(f"error: {error}", file=sys.stderr)
+        _error(error)
         return 2 if isinstance(error, (ConfigError, RunError, FileNotFoundError)) else 1
     except KeyboardInterrupt:
         step = finished_step(Path(cfg.workdir).resolve()) if os.path.isdir(cfg.workdir) else None
@@ -132,7 +150,10 @@ def main(argv: Sequence[str]) -> int:
 
 
 def run() -> None:
-    sys.exit(main(sys.argv[1:]))
+    code = main(sys.argv[1:])
+    if code:
+        distributed.exit_now(code)   # one of several processes: do not wait in JAX's shutdown barrier
+    sys.exit(code)
 
 
 if __name__ == "__main__":

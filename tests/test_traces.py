@@ -15,7 +15,8 @@ def _episode(task_id: str, group_index: int, rng: np.random.Generator) -> Judged
                              finish_reason="stop", action=f"pyautogui.press('{i}')", parse_status="ok",
                              next_observation=Observation(f"screen {i + 1}", images=(screens[i + 1],)))
                   for i in range(2))
-    judgments = StepJudgments(scores=np.array([[1, -1], [1, 1]], np.int8), valid=np.array([[True, False], [True, True]]),
+    judgments = StepJudgments(scores=np.array([[1, -1], [1, 1]], np.int8),
+                              valid=np.array([[True, False], [True, True]]),
                               texts=(("\\boxed{1}", "junk"), ("\\boxed{1}", "\\boxed{1}")), prompts=((), ()),
                               samples=((), ()))
     task = Task(task_id=task_id, kind="desk", goal="Rename the folder")

@@ -13,7 +13,8 @@ def _family(task) -> str:
 
 
 def test_the_cpu_runs_families_give_disjoint_pool_warm_start_and_held_out_tasks(tmp_path):
-    options = scenario_options("osworld", {"provider": "local", "families": "make-dirs,rename-dir,write-file,infeasible"})
+    families = "make-dirs,rename-dir,write-file,infeasible"
+    options = scenario_options("osworld", {"provider": "local", "families": families})
     tasks = make_scenario("osworld", options).build_tasks(TaskCounts(train=4, eval=4, warm_start=6), tmp_path)
     pool, warm, held_out = ([t.task_id for t in ts] for ts in (tasks.train, tasks.warm_start, tasks.eval))
     # Seed by seed (families in `task_families.FAMILIES` order), a seed's infeasible request after its feasible tasks.
