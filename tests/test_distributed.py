@@ -109,3 +109,25 @@ def test_the_main_command_in_two_processes_says_who_speaks_and_stops_cleanly(tmp
         assert f" p{index}/2] distributed: process {index} of 2" in text
         assert f"error (p{index}/2): this run has 2 processes" in text
     assert seconds < 60
+
+
+def _launch(tmp_path: Path, *arguments: str) -> tuple[subprocess.CompletedProcess, float]:
+    started = time.monotonic()
+    result = subprocess.run([sys.executable, str(ROOT / "launchers" / "local_multiprocess.py"), "--num_processes=2",
+                             "--devices_per_process=2", f"--log_dir={tmp_path / 'logs'}", *arguments],
+                            capture_output=True, text=True, timeout=180, cwd=ROOT)
+    return result, time.monotonic() - started
+
+
+@pytest.mark.slow
+def test_the_local_launcher_runs_n_processes_and_reports_the_first_failure(tmp_path):
+    result, _ = _launch(tmp_path, "--module=tests.distributed_worker", "--", "-1")
+    assert result.returncode == 0, result.stdout + result.stderr
+    for index in range(2):
+        log = (tmp_path / "logs" / f"process_{index}.log").read_text()
+        assert f"[p{index}/2] distributed: process {index} of 2, 2 local of 4 devices" in log
+    result, seconds = _launch(tmp_path, "--module=tests.distributed_worker", "--", "1")
+    assert result.returncode == 1, result.stdout   # process 1's exit code, not the aborted survivor's
+    assert "process 1 failed (exit 1); ending the others" in result.stdout
+    assert "a deliberate failure in one process" in result.stdout   # the end of its log
+    assert seconds < 60
