@@ -54,7 +54,7 @@ def _play(sampler, runner, tasks, group_size: int, turns: int, seed: int) -> tup
 
 
 def _report(label: str, metrics: Counter, wall: float) -> None:
-    env, policy = metrics["time_env_s"], metrics["time_policy_s"]
+    env, policy = metrics["time/rollout_env_s"], metrics["time/rollout_sampling_s"]
     other = max(wall - env - policy, 0.0)
     print(f"{label:>12}: {metrics['env_steps']:5d} env steps in {wall:6.1f} s wall | "
           f"env {metrics['env_steps'] / max(env, 1e-9):7.1f} steps/s of env time | "

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -55,6 +56,7 @@ class SystemCheckpointer:
         options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, enable_async_checkpointing=async_save,
                                                create=True)
         self._manager = ocp.CheckpointManager(self.directory, options=options)
+        self.blocking_save_s: list[float] = []
 
     def register(self, name: str, module: JsonStateful) -> None:
         """Adds a module's JSON state to every save; restore hands it back through load_state_dict."""
@@ -64,11 +66,13 @@ class SystemCheckpointer:
 
     def save(self, step: int, arrays: dict[str, Any], json_state: dict[str, Any] | None = None) -> None:
         """Starts saving (returns before the write ends when async); waits for any earlier save first."""
+        started = time.perf_counter()
         json_state = dict(json_state or {})
         for name, module in self._modules.items():
             json_state[name] = module.state_dict()
         self._manager.save(step, args=ocp.args.Composite(**{
             ARRAYS: ocp.args.StandardSave(arrays), JSON: ocp.args.JsonSave(json_state)}), force=True)
+        self.blocking_save_s.append(time.perf_counter() - started)   # what the run waited, not the async write
 
     def wait(self) -> None:
         self._manager.wait_until_finished()

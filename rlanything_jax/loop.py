@@ -168,6 +168,8 @@ def rl_step(state: SystemState, services: Services, settings: LoopSettings) -> t
         unit_tests.pop(task_id, None)
     if settings.adapt_environment and services.generator is not None:
         pool = _adapt(pool, picked.active, groups, accuracy, services.generator, settings, step, metrics)
+        proposed = sum(s.pending is not None and s.pending.proposed_at == step for s in pool.slots)
+        phase.done("adaptation", f"{proposed} rewrites proposed")
 
     bonus = _unit_test_bonus(unit_tests, settings) if settings.unit_tests_in_policy_reward else None
     policy_state, policy_metrics = services.policy_trainer.train(

@@ -273,10 +273,21 @@ def run_rl(cfg: RunConfig, log: Callable[[str], None] = print) -> dict:
         checkpointer.close()
         writer.close()
         system.runner.close()
-    return finish(cfg, workdir, time.perf_counter() - started)
+    return finish(cfg, workdir, time.perf_counter() - started, checkpointer.blocking_save_s)
 
 
-def finish(cfg: RunConfig, workdir: Path, seconds: float) -> dict:
+def time_split(lines: list[dict], blocking_save_s: list[float]) -> dict[str, float]:
+    """Mean seconds per RL step of each timed part (`time/<part>_s`), and of a checkpoint save's blocking part."""
+    steps = [line for line in lines if line.get("step", 0) >= 1]
+    keys = sorted({k for line in steps for k in line if k.startswith("time/") and k.endswith("_s")})
+    split = {key[len("time/"):-len("_s")]: round(sum(line.get(key, 0.0) for line in steps) / len(steps), 3)
+             for key in keys} if steps else {}
+    if blocking_save_s:
+        split["checkpoint_save"] = round(sum(blocking_save_s) / len(blocking_save_s), 3)
+    return split
+
+
+def finish(cfg: RunConfig, workdir: Path, seconds: float, blocking_save_s: list[float] = ()) -> dict:
     lines = read_metrics(workdir / "metrics.jsonl")
     evals = [(line["step"], line["eval/success_rate"]) for line in lines
              if isinstance(line.get("eval/success_rate"), float) and not math.isnan(line["eval/success_rate"])]
@@ -285,7 +296,9 @@ def finish(cfg: RunConfig, workdir: Path, seconds: float) -> dict:
                "held_out_success_start": evals[0][1] if evals else None,
                "held_out_success_end": evals[-1][1] if evals else None,
                "accepted_tasks": int(max((line.get("curriculum/accepted_total", 0) for line in lines), default=0)),
-               "seconds_this_session": round(seconds, 1)}
+               "seconds_this_session": round(seconds, 1),
+               # mean seconds per step (the phases; within them the environment and the samplers)
+               "time_split_s": time_split(lines, list(blocking_save_s))}
     for key in ("reward_model/step_accuracy", "reward_model/probe_step_accuracy", "reward_model/outcome_accuracy",
                 "reward_model/unit_test_accuracy"):
         values = [line[key] for line in lines if isinstance(line.get(key), float)]

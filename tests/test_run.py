@@ -40,7 +40,8 @@ RESUMABLE_RUN = ["--config=configs/default.py:smoke", f"--config.loop.total_step
 KILL_SEED = 46   # a plan with a kill in the warm start, one inside the save of step 1, one after step 2's metrics
 # Metrics two processes cannot agree on, so left out of the comparison (every other key must be equal):
 WALL_CLOCK_PREFIX = "time/"                                 # seconds of each phase and step
-WALL_CLOCK_KEYS = {"time_env_s", "time_judge_s", "time_policy_s"}   # seconds the rollout engine counts
+WALL_CLOCK_KEYS = {"time/rollout_env_s", "time/rollout_sampling_s", "time/judge_sampling_s",   # within phases
+                   "time/adaptation_s"}
 PROCESS_LOCAL_KEYS = {"sampler/policy_compilations",        # XLA compilations so far in this process:
                       "sampler/reward_compilations"}        # a resumed process starts again from zero
 ORBAX_TEMPORARY = ".orbax-checkpoint-tmp"   # orbax writes step N into "N.orbax-checkpoint-tmp", then renames it
@@ -262,6 +263,9 @@ def test_a_run_killed_at_seeded_points_resumes_to_exactly_the_uninterrupted_run(
     resumed_summary = json.loads((resumed_dir / "summary.json").read_text())
     for summary in (straight_summary, resumed_summary):
         summary.pop("seconds_this_session")   # wall clock
+        split = summary.pop("time_split_s")
+        assert {"rollout", "rollout_env", "rollout_sampling", "judge", "judge_sampling", "adaptation", "policy_update",
+                "reward_model_update", "step", "checkpoint_save"} <= set(split), split
     assert resumed_summary == straight_summary
     assert (resumed_dir / "curves.png").read_bytes()[:4] == b"\x89PNG" and list((resumed_dir / "tensorboard").iterdir())
     for step in range(1, TOTAL_STEPS + 1):   # loop.traces_per_step episodes per step

@@ -70,7 +70,7 @@ def judge_prompts(reward_model: Sampler, prompts: StepJudgePrompts, prompt_token
             metrics["judge_tokens"] += len(completion.token_ids)
             out[chunk[index // m]].append(Judgment(parsed, completion.text or "", list(completion.token_ids),
                                                    list(completion.logprobs)))
-    metrics["time_judge_s"] += time.perf_counter() - started
+    metrics["time/judge_sampling_s"] += time.perf_counter() - started
     return out
 
 

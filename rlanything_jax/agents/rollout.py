@@ -105,7 +105,7 @@ def play_episodes(policy: Sampler, runner: Any, prompts: PolicyPrompts, tasks: S
     finished: dict[int, Episode] = {}
     started = time.perf_counter()
     observations = runner.reset({slot.runner_id: slot.task for slot in slots})
-    metrics["time_env_s"] += time.perf_counter() - started
+    metrics["time/rollout_env_s"] += time.perf_counter() - started
     live: list[_Live] = []
     for slot in slots:
         obs = observations[slot.runner_id]
@@ -132,7 +132,7 @@ def play_episodes(policy: Sampler, runner: Any, prompts: PolicyPrompts, tasks: S
         conversation = _ensure_room(policy, conversation, live, config, metrics)
         started = time.perf_counter()
         completions = _generate_turn(policy, conversation, live, config, turn)
-        metrics["time_policy_s"] += time.perf_counter() - started
+        metrics["time/rollout_sampling_s"] += time.perf_counter() - started
         actions, records = {}, {}
         for slot, completion in zip(live, completions):
             metrics["policy_tokens"] += len(completion.token_ids)
@@ -151,7 +151,7 @@ def play_episodes(policy: Sampler, runner: Any, prompts: PolicyPrompts, tasks: S
             actions[slot.runner_id] = forced if forced is not None else parsed.action
         started = time.perf_counter()
         results = runner.step(actions)
-        metrics["time_env_s"] += time.perf_counter() - started
+        metrics["time/rollout_env_s"] += time.perf_counter() - started
         metrics["env_steps"] += len(actions)
         still_live = []
         for slot, completion in zip(live, completions):
