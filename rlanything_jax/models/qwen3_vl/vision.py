@@ -13,7 +13,6 @@ matrix.
 from __future__ import annotations
 
 import functools
-
 from typing import Sequence
 
 import jax

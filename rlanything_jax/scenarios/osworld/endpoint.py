@@ -14,6 +14,7 @@ import http.client
 import socket
 from collections.abc import Sequence
 from pathlib import Path
+from typing import IO
 
 DEFAULT_SERVER_PORT = 5000
 DEFAULT_CHROMIUM_PORT = 9222
@@ -98,25 +99,40 @@ def http_request(endpoint: VmEndpoint, method: str, path: str, body: bytes | Non
         connection.close()
 
 
+def split_endpoints(text: str) -> list[str]:
+    """`host:port,host:port,...` (spaces and empty entries ignored) as a list."""
+    return [e.strip() for e in text.split(",") if e.strip()]
+
+
+def claim_first_free(lock_paths: Sequence[Path]) -> tuple[int, IO] | None:
+    """The index and open handle of the first lock file nobody holds, now held by this process (an flock the
+    kernel drops when the handle closes or the process exits, SIGKILL included); None when all are held."""
+    for index, path in enumerate(lock_paths):
+        handle = open(path, "a")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return index, handle
+        except BlockingIOError:
+            handle.close()
+    return None
+
+
 class EndpointClaim:
-    """One endpoint of a pool held by one environment while it lives: an flock per endpoint under
-    `lock_dir`, which the kernel drops when the holder exits (also on SIGKILL), so that parallel
-    environment workers, in one run or several, each drive their own VM."""
+    """One endpoint of a pool held by one environment while it lives (`claim_first_free` over a lock file per
+    endpoint under `lock_dir`), so that parallel environment workers, in one run or several, each drive
+    their own VM."""
 
     def __init__(self, endpoints: Sequence[str], lock_dir: str | Path):
         if not endpoints:
             raise ValueError("an endpoint pool needs at least one endpoint")
+        self.pool = tuple(endpoints)
         directory = Path(lock_dir)
         directory.mkdir(parents=True, exist_ok=True)
-        for text in endpoints:
-            name = hashlib.sha1(str(VmEndpoint.parse(text)).encode()).hexdigest()[:16]
-            handle = open(directory / f"{name}.lock", "a+")
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                handle.close()
-                continue
-            self.endpoint, self._handle = text, handle
+        names = [hashlib.sha1(str(VmEndpoint.parse(text)).encode()).hexdigest()[:16] for text in endpoints]
+        claimed = claim_first_free([directory / f"{name}.lock" for name in names])
+        if claimed is not None:
+            index, self._handle = claimed
+            self.endpoint = endpoints[index]
             return
         raise PoolExhausted(f"all {len(endpoints)} OSWorld endpoints are held by other environments; give at "
                             "least as many endpoints (tasks.endpoints) as environment workers (env.workers)")

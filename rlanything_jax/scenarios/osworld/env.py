@@ -25,7 +25,7 @@ import numpy as np
 from rlanything_jax.envs.base import Observation, StepResult, Task, register_env
 from rlanything_jax.scenarios.osworld.actions import CONTROL_ACTIONS, DONE, FAIL, WAIT
 from rlanything_jax.scenarios.osworld.client import OsWorldClient
-from rlanything_jax.scenarios.osworld.endpoint import EndpointClaim
+from rlanything_jax.scenarios.osworld.endpoint import EndpointClaim, split_endpoints
 from rlanything_jax.scenarios.osworld.evaluator import evaluate
 from rlanything_jax.scenarios.osworld.local_desktop import DEFAULT_RUNTIME_ROOT, DesktopOptions, LocalDesktop
 from rlanything_jax.scenarios.osworld.setup_steps import SetupContext, run_setup
@@ -72,7 +72,6 @@ class OsWorldEnv:
     def __init__(self) -> None:
         self._desktop: LocalDesktop | None = None
         self._claim: EndpointClaim | None = None
-        self._claimed_from = ""
         self._client: OsWorldClient | None = None
         self._task: OsWorldTask | None = None
         self._settings = DesktopEnvSettings()
@@ -92,11 +91,10 @@ class OsWorldEnv:
 
     def _fresh_client(self, settings: DesktopEnvSettings) -> OsWorldClient:
         if settings.endpoints:
-            if self._claim is None or self._claimed_from != settings.endpoints:
+            pool = split_endpoints(settings.endpoints)
+            if self._claim is None or self._claim.pool != tuple(pool):
                 self.close()
-                pool = [e.strip() for e in settings.endpoints.split(",") if e.strip()]
                 self._claim = EndpointClaim(pool, f"{settings.runtime_root}/endpoint-claims")
-                self._claimed_from = settings.endpoints
             return OsWorldClient(self._claim.endpoint)
         options = DesktopOptions(width=settings.screen_width, height=settings.screen_height,
                                  runtime_root=settings.runtime_root, sudo_password=settings.client_password)

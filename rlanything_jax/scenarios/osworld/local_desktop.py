@@ -32,7 +32,7 @@ from pathlib import Path
 
 from rlanything_jax.scenarios.osworld import session_files
 from rlanything_jax.scenarios.osworld.client import OsWorldClient, VmUnavailable
-from rlanything_jax.scenarios.osworld.endpoint import VmEndpoint
+from rlanything_jax.scenarios.osworld.endpoint import VmEndpoint, claim_first_free
 
 DEFAULT_RUNTIME_ROOT = "/tmp/rla-desktops"
 OUTSIDE_UID_BASE = 59000   # per-slot unprivileged host uids when we are root (the sandbox uses 60000+)
@@ -154,13 +154,11 @@ class LocalDesktop:
     # -- slots
 
     def _claim(self, wanted: int | None):
-        for slot in [wanted] if wanted is not None else range(MAX_SLOTS):
-            lock = open(self.root / f"slot-{slot}.lock", "a")
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return slot, lock
-            except BlockingIOError:
-                lock.close()
+        slots = [wanted] if wanted is not None else list(range(MAX_SLOTS))
+        claimed = claim_first_free([self.root / f"slot-{slot}.lock" for slot in slots])
+        if claimed is not None:
+            index, lock = claimed
+            return slots[index], lock
         raise DesktopUnavailable(f"desktop slot {wanted} is in use" if wanted is not None
                                  else f"all {MAX_SLOTS} desktop slots are in use")
 

@@ -21,7 +21,7 @@ from rlanything_jax.scenarios import register_scenario
 from rlanything_jax.scenarios.osworld import env as desktop_env
 from rlanything_jax.scenarios.osworld.agent_prompts import PAPER_MAX_PIXELS, DesktopAgentPrompts
 from rlanything_jax.scenarios.osworld.bundled_tasks import bundled_tasks
-from rlanything_jax.scenarios.osworld.endpoint import VmEndpoint
+from rlanything_jax.scenarios.osworld.endpoint import VmEndpoint, split_endpoints
 from rlanything_jax.scenarios.osworld.expert import DesktopExpert
 from rlanything_jax.scenarios.osworld.generators import EvaluatorRewriteGenerator, KnobGenerator
 from rlanything_jax.scenarios.osworld.judge_prompts import DesktopJudgePrompts
@@ -78,7 +78,7 @@ class OsWorldOptions:
 
     @property
     def endpoint_list(self) -> list[str]:
-        return [e.strip() for e in self.endpoints.split(",") if e.strip()]
+        return split_endpoints(self.endpoints)
 
     def settings(self) -> desktop_env.DesktopEnvSettings:
         endpoints = ",".join(self.endpoint_list) if self.provider == "remote" else ""
