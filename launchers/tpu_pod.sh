@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Starts the same run on every host of a Cloud TPU pod slice (v5e-64, v5p-...), one process per host.
 #
-#   launchers/tpu_pod.sh NAME ZONE [--setup] -- --config=configs/alfworld.py:tpu_v5e_64 --config.workdir=gs://BUCKET/run
+#   launchers/tpu_pod.sh NAME ZONE [--setup] -- --config=configs/alfworld.py:tpu_v5e_64 --config.workdir=/mnt/shared/run
 #
 # --setup first copies this checkout to every host (~/rlanything_jax) and runs scripts/setup.sh there
 # (a fresh pod's hosts have Python but not the project). JAX finds the other hosts by itself on a TPU VM
-# (`distributed.mode=on`: rlanything_jax/distributed.py). Keep the workdir on shared storage (gs:// or a
-# filesystem every host mounts): every host takes part in each checkpoint save and restore. Re-running
+# (`distributed.mode=on`: rlanything_jax/distributed.py). Keep the workdir on shared storage (a GCS FUSE
+# mount, Filestore or NFS, the same path on every host): every host takes part in each checkpoint save. Re-running
 # the same command resumes from the newest checkpoint. The first host's log is what the run prints; the
 # others print theirs with their process tag.
 set -euo pipefail

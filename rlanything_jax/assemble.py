@@ -7,12 +7,14 @@ scenario: the configured one comes from the registry (`scenarios.make_scenario`)
 from __future__ import annotations
 
 import dataclasses
+import os
+import shutil
 from pathlib import Path
 
 import jinja2
 from flax import nnx
 
-from rlanything_jax import sft, sharding
+from rlanything_jax import multihost, placement, sft, sharding
 from rlanything_jax.agents.examples import SignalConfig
 from rlanything_jax.agents.judging import JudgeConfig
 from rlanything_jax.agents.prompt_tokens import text_only
@@ -23,6 +25,7 @@ from rlanything_jax.config import RunConfig
 from rlanything_jax.envs.base import Env, Task
 from rlanything_jax.loop import LoopSettings
 from rlanything_jax.models import load_pretrained
+from rlanything_jax.models.attention_kernels import resolve_attention
 from rlanything_jax.models.qwen3_vl.scratch import build_scratch_vl_model_dir
 from rlanything_jax.models.registry import resolve_model_dir
 from rlanything_jax.models.scratch import CHATML_TEMPLATE, build_scratch_model_dir
@@ -98,16 +101,25 @@ def model_dir(cfg: RunConfig, role: str, workdir: Path, corpus_fn) -> Path:
     if path not in SCRATCH_PATHS:
         return resolve_model_dir(path)
     out = workdir / "models" / f"{path.replace('_', '-')}-{role}"
-    if not (out / "config.json").is_file():
+    # Process 0 builds it (the others wait): save_pretrained writes from process 0 only. Built aside and
+    # renamed into place, so that a run killed mid-build leaves no half model behind.
+    if multihost.is_primary() and not (out / "config.json").is_file():
         build = build_scratch_vl_model_dir if path == SCRATCH_VL else build_scratch_model_dir
-        build(out, corpus_fn(), cfg.model.scratch, seed=derive_seed(cfg.seed, "scratch", role))
+        scratch = out.with_name(f".{out.name}.building")
+        shutil.rmtree(scratch, ignore_errors=True)
+        shutil.rmtree(out, ignore_errors=True)
+        build(scratch, corpus_fn(), cfg.model.scratch, seed=derive_seed(cfg.seed, "scratch", role))
+        os.rename(scratch, out)
+    multihost.barrier(f"scratch model {role}")
     return out
 
 
 def load_model(cfg: RunConfig, role: str, directory: Path, mesh):
     model_cfg = getattr(cfg.model, role)
+    # Resolved once here: the model keeps the kernel, so its samplers and learners run the same one.
+    attention = resolve_attention(model_cfg.attention_impl, key=f"model.{role}.attention_impl")
     model = load_pretrained(directory, dtype=model_cfg.dtype, mesh=mesh, rules=cfg.sharding.logical_axis_rules,
-                            compute_dtype=model_cfg.compute_dtype)
+                            compute_dtype=model_cfg.compute_dtype, attention=attention)
     return model, Tokenizer.from_dir(directory)
 
 
@@ -127,6 +139,11 @@ def learner_for(cfg: RunConfig, role: str, model, tokenizer, mesh) -> Learner:
 
 def build_mesh(cfg: RunConfig):
     return sharding.build_mesh(dict(cfg.mesh.shape))
+
+
+def build_meshes(cfg: RunConfig) -> placement.Meshes:
+    """The learners' and the samplers' meshes (one and the same unless `mesh.placement=split`)."""
+    return placement.build_meshes(dict(cfg.mesh.shape), cfg.mesh.placement)
 
 
 # ---------------------------------------------------------------- settings

@@ -23,7 +23,9 @@ import ml_collections
 
 from rlanything_jax import sharding, validation
 from rlanything_jax.distributed import DistributedConfig
+from rlanything_jax.models.attention_kernels import IMPLEMENTATIONS as ATTENTION_IMPLS
 from rlanything_jax.models.scratch import ScratchArchitecture
+from rlanything_jax.placement import PLACEMENTS
 from rlanything_jax.rl.train_config import TrainConfig
 from rlanything_jax.scenarios import scenario_names, scenario_options
 from rlanything_jax.validation import ConfigError
@@ -44,6 +46,9 @@ class ModelConfig:
     path: str = SMOLLM2
     dtype: str = "bfloat16"          # parameters
     compute_dtype: str = "bfloat16"  # activations
+    # How attention runs (models/attention_kernels.py): auto picks by platform (chunked on CPUs, cudnn on GPUs,
+    # splash on TPUs); xla materialises scores (the reference); cudnn and splash need their accelerators.
+    attention_impl: str = "auto"
 
     def __post_init__(self):
         validation.check("path", isinstance(self.path, str) and bool(self.path),
@@ -51,6 +56,7 @@ class ModelConfig:
                          self.path)
         validation.one_of("dtype", self.dtype, DTYPES)
         validation.one_of("compute_dtype", self.compute_dtype, DTYPES)
+        validation.one_of("attention_impl", self.attention_impl, ATTENTION_IMPLS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,8 +77,10 @@ class ModelsConfig:
 @dataclasses.dataclass(frozen=True)
 class MeshConfig:
     shape: dict = dataclasses.field(default_factory=lambda: {"data": 1, "fsdp": -1, "tensor": 1})
+    placement: str = "colocated"   # or "split": samplers and learners on disjoint halves (rlanything_jax.placement)
 
     def __post_init__(self):
+        validation.one_of("placement", self.placement, PLACEMENTS)
         for axis, size in self.shape.items():
             validation.check(f"shape.{axis}", axis in sharding.MESH_AXES,
                              f"unknown mesh axis; axes are {sharding.MESH_AXES}", size)

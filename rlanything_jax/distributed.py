@@ -21,12 +21,14 @@ import dataclasses
 import os
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Callable, Mapping
 
 from rlanything_jax import validation
 
 MODES = ("auto", "on", "off")
+PEER_FAILURES = ("JaxRuntimeError", "XlaRuntimeError")   # what a collective raises when a peer is gone
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,7 +124,7 @@ def initialize(cfg: DistributedConfig, log: Callable[[str], None] = print,
 
     jax.distributed.initialize(**arguments)
     _current = ProcessInfo(index=jax.process_index(), count=jax.process_count())
-    install_fail_fast()
+    install_fail_fast(cfg.heartbeat_timeout_s)
     log(f"distributed: process {_current.index} of {_current.count}, {jax.local_device_count()} local of "
         f"{jax.device_count()} devices")
     return _current
@@ -138,10 +140,18 @@ def exit_now(code: int) -> None:
     os._exit(code)
 
 
-def install_fail_fast() -> None:
+def install_fail_fast(heartbeat_timeout_s: float = 10) -> None:
     def on_exception(kind, value, tb) -> None:
         text = "".join(traceback.format_exception(kind, value, tb))
         sys.stderr.write(f"[{_current.tag}] uncaught exception, ending this process:\n{text}")
+        if _current.count > 1 and kind.__name__ in PEER_FAILURES:
+            # A collective failed, most likely because another process is gone (its sockets closed at once).
+            # The coordination service notices within a heartbeat timeout and then ends this process with a
+            # message naming the lost one; ending it now would leave only "connection reset" in the logs.
+            sys.stderr.write(f"[{_current.tag}] a collective failed: another process is probably lost; waiting "
+                             f"up to {heartbeat_timeout_s + 5:.0f} s for the coordination service to name it\n")
+            sys.stderr.flush()
+            time.sleep(heartbeat_timeout_s + 5)
         exit_now(1)
         sys.__excepthook__(kind, value, tb)
 

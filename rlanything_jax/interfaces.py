@@ -54,7 +54,9 @@ class CacheLayout(Protocol):
 
 
 class CausalLM(Protocol):
-    """A decoder-only language model as the sampler and the train step use it."""
+    """A decoder-only language model as the sampler and the train step use it. It may carry an
+    `attention_kernel` (`models.attention_kernels.AttentionKernel`, a static attribute): the sampler's
+    attention over its cache then runs that kernel, as the model's own full forward does."""
 
     config: CacheLayout
     dtype: Any   # the compute dtype of activations and cached keys and values

@@ -116,14 +116,9 @@ def main(argv: Sequence[str]) -> int:
         return 0
     _quiet_libraries()
     try:
-        processes = distributed.initialize(cfg.distributed, log=_log)
+        distributed.initialize(cfg.distributed, log=_log)
     except ConfigError as error:
         _error(error)
-        return 2
-    if processes.count > 1:   # every process would drive its own loop and write the same workdir
-        _error(RuntimeError(f"this run has {processes.count} processes, and the loop does not yet split its "
-                            "episodes, batches and files between processes: run it as one process per host group "
-                            "for now (--config.distributed.mode=off)"))
         return 2
     _log(describe(cfg))
     from rlanything_jax.loop import EnvironmentFailure

@@ -59,6 +59,20 @@ class MetricsWriter:
             self._tb.close()
 
 
+class NullMetricsWriter:
+    """The writer of every process but process 0 in a multi-process run: each process computes every metric
+    (they agree), and only process 0 writes them."""
+
+    def resume(self, last_step: int | None) -> None:
+        pass
+
+    def write(self, step: int, metrics: Mapping[str, Any]) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     lines = []
     for raw in Path(path).read_text().splitlines():

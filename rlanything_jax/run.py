@@ -14,12 +14,15 @@ import functools
 import importlib
 import json
 import math
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rlanything_jax import assemble, traces, warm_start
+import jax
+
+from rlanything_jax import assemble, multihost, traces, warm_start
 from rlanything_jax.agents.judging import StepJudge
 from rlanything_jax.agents.rollout import RolloutEngine
 from rlanything_jax.agents.scenario import JUDGE_STEPS, WRITE_UNIT_TESTS, Scenario, TaskSets
@@ -30,8 +33,9 @@ from rlanything_jax.curriculum.task_pool import TaskPool, pool_from_json, pool_t
 from rlanything_jax.envs import sandbox
 from rlanything_jax.envs.base import make_env
 from rlanything_jax.envs.runner import EnvRunner
+from rlanything_jax.envs.shared_runner import ProcessShardedRunner
 from rlanything_jax.loop import LoopSettings, Services, SystemState, evaluate, rl_step
-from rlanything_jax.metrics import MetricsWriter, format_step_line, plot_curves, read_metrics
+from rlanything_jax.metrics import MetricsWriter, NullMetricsWriter, format_step_line, plot_curves, read_metrics
 from rlanything_jax.probe import build_judge_probe, probe_accuracy
 from rlanything_jax.rl.phase import Learner
 from rlanything_jax.sampling.sampler import Sampler
@@ -74,7 +78,7 @@ def prepare_workdir(cfg: RunConfig) -> Path:
     workdir = Path(cfg.workdir).expanduser().resolve()
     try:
         workdir.mkdir(parents=True, exist_ok=True)
-        probe = workdir / ".writable"
+        probe = workdir / f".writable-{os.getpid()}"   # one per process: several may share the workdir
         probe.write_text("")
         probe.unlink()
     except OSError as error:
@@ -102,7 +106,12 @@ def build_system(cfg: RunConfig, workdir: Path, log: Callable[[str], None]) -> S
         path = getattr(cfg.model, role).path
         if path not in assemble.SCRATCH_PATHS and (role != "environment" or cfg.curriculum.generator == "env_model"):
             assemble.resolve_model_dir(path)
-    mesh = assemble.build_mesh(cfg)
+    try:
+        meshes = assemble.build_meshes(cfg)
+    except ValueError as error:
+        raise RunError(str(error)) from None
+    if meshes.split:
+        log(f"learners on {meshes.learner.devices.size} devices, samplers on {meshes.sampler.devices.size} others")
     log(f"building {cfg.scenario} tasks in {workdir / 'games'}")
     tasks = assemble.build_tasks(cfg, scenario, workdir / "games")
     importlib.import_module(scenario.env_module)
@@ -115,18 +124,20 @@ def build_system(cfg: RunConfig, workdir: Path, log: Callable[[str], None]) -> S
     samplers, learners = {}, {}
     for role in assemble.ROLES:
         directory = assemble.model_dir(cfg, role, workdir, corpus)
-        model, tokenizer = assemble.load_model(cfg, role, directory, mesh)
-        samplers[role] = assemble.sampler_for(cfg, model, tokenizer, mesh)
-        learners[role] = assemble.learner_for(cfg, role, model, tokenizer, mesh)
+        model, tokenizer = assemble.load_model(cfg, role, directory, meshes.learner)
+        samplers[role] = assemble.sampler_for(cfg, model, tokenizer, meshes.sampler)
+        learners[role] = assemble.learner_for(cfg, role, model, tokenizer, meshes.learner)
         log(f"{role} model: {directory}")
     settings = assemble.loop_settings(cfg, scenario)
     environment_sampler = None
     if settings.adapt_environment and cfg.curriculum.generator == "env_model":
         directory = assemble.model_dir(cfg, "environment", workdir, corpus)
-        model, tokenizer = assemble.load_model(cfg, "environment", directory, mesh)
-        environment_sampler = Sampler(model, tokenizer, mesh=mesh, rules=cfg.sharding.logical_axis_rules)
+        model, tokenizer = assemble.load_model(cfg, "environment", directory, meshes.sampler)
+        environment_sampler = Sampler(model, tokenizer, mesh=meshes.sampler, rules=cfg.sharding.logical_axis_rules)
     runner = EnvRunner(num_workers=cfg.env.workers or None, step_timeout_s=cfg.env.step_timeout_s,
                        env_modules=(scenario.env_module,))
+    if jax.process_count() > 1:   # each process drives its share of the episodes; all see every result
+        runner = ProcessShardedRunner(runner, jax.process_index(), jax.process_count())
     expert = scenario.expert
     use = scenario.reward_model_use
     services = Services(
@@ -144,7 +155,7 @@ def build_system(cfg: RunConfig, workdir: Path, log: Callable[[str], None]) -> S
 
 
 def _trace_writer(workdir: Path, count: int, log: Callable[[str], None]):
-    if count == 0:
+    if count == 0 or not multihost.is_primary():
         return None
 
     def write(step: int, judged) -> None:
@@ -262,10 +273,12 @@ def run_rl(cfg: RunConfig, log: Callable[[str], None] = print) -> dict:
             f"Outputs: {workdir}")
         return json.loads((workdir / "summary.json").read_text())
     started = time.perf_counter()
-    (workdir / "config.json").write_text(json.dumps(dataclasses.asdict(cfg), indent=2, default=str) + "\n")
+    primary = multihost.is_primary()   # of several processes, only process 0 writes the run's files
+    if primary:
+        (workdir / "config.json").write_text(json.dumps(dataclasses.asdict(cfg), indent=2, default=str) + "\n")
     system = build_system(cfg, workdir, log)
     checkpointer = SystemCheckpointer(workdir / CHECKPOINTS, max_to_keep=2)
-    writer = MetricsWriter(workdir)
+    writer = MetricsWriter(workdir) if primary else NullMetricsWriter()
     try:
         state = restore_or_start(system, checkpointer, writer, log)
         run_loop(system, state, checkpointer, writer, log)
@@ -273,6 +286,8 @@ def run_rl(cfg: RunConfig, log: Callable[[str], None] = print) -> dict:
         checkpointer.close()
         writer.close()
         system.runner.close()
+    if not primary:
+        return {"process_index": jax.process_index(), "outputs": "written by process 0", "workdir": str(workdir)}
     return finish(cfg, workdir, time.perf_counter() - started, checkpointer.blocking_save_s)
 
 

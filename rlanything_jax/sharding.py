@@ -35,9 +35,8 @@ DEFAULT_LOGICAL_AXIS_RULES: tuple[tuple[str, Any], ...] = (
 Rules = Sequence[tuple[str, Any]]
 
 
-def build_mesh(shape: Mapping[str, int], devices: Sequence[jax.Device] | None = None) -> Mesh:
-    """A mesh over axes (data, fsdp, tensor); one axis may be -1 to take the remaining devices."""
-    devices = list(devices if devices is not None else jax.devices())
+def mesh_axis_sizes(shape: Mapping[str, int], num_devices: int) -> dict[str, int]:
+    """The size of each mesh axis (data, fsdp, tensor) for `num_devices`; one axis may be -1 (the rest)."""
     unknown = set(shape) - set(MESH_AXES)
     if unknown:
         raise ValueError(f"mesh.shape has unknown axes {sorted(unknown)}; allowed: {MESH_AXES}")
@@ -46,14 +45,21 @@ def build_mesh(shape: Mapping[str, int], devices: Sequence[jax.Device] | None = 
         raise ValueError("mesh.shape: at most one axis may be -1")
     known = math.prod(s for s in sizes if s != -1)
     if -1 in sizes:
-        if len(devices) % known:
-            raise ValueError(f"mesh.shape {dict(zip(MESH_AXES, sizes))}: {len(devices)} devices "
+        if num_devices % known:
+            raise ValueError(f"mesh.shape {dict(zip(MESH_AXES, sizes))}: {num_devices} devices "
                              f"are not divisible by {known}")
-        sizes[sizes.index(-1)] = len(devices) // known
-    if math.prod(sizes) != len(devices):
+        sizes[sizes.index(-1)] = num_devices // known
+    if math.prod(sizes) != num_devices:
         raise ValueError(f"mesh.shape {dict(zip(MESH_AXES, sizes))} needs {math.prod(sizes)} devices, "
-                         f"but {len(devices)} are available")
-    return jax.make_mesh(tuple(sizes), MESH_AXES, axis_types=(AxisType.Auto,) * len(MESH_AXES),
+                         f"but {num_devices} are available")
+    return dict(zip(MESH_AXES, sizes))
+
+
+def build_mesh(shape: Mapping[str, int], devices: Sequence[jax.Device] | None = None) -> Mesh:
+    """A mesh over axes (data, fsdp, tensor); one axis may be -1 to take the remaining devices."""
+    devices = list(devices if devices is not None else jax.devices())
+    sizes = mesh_axis_sizes(shape, len(devices))
+    return jax.make_mesh(tuple(sizes.values()), MESH_AXES, axis_types=(AxisType.Auto,) * len(MESH_AXES),
                          devices=devices)
 
 

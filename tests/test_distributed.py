@@ -100,14 +100,15 @@ def test_an_exception_in_one_process_ends_both_promptly(tmp_path):
 
 @pytest.mark.slow
 def test_the_main_command_in_two_processes_says_who_speaks_and_stops_cleanly(tmp_path):
-    """The loop does not split its work between processes yet: both processes say so and end at once."""
+    """A run both processes cannot start (its model directory is missing): each says so, tagged, and both
+    end with status 2 at once (tests/test_multiprocess.py runs whole multi-process loops)."""
     command = ["-m", "rlanything_jax.main", f"--config={ROOT / 'configs' / 'default.py'}:smoke",
-               f"--config.workdir={tmp_path / 'run'}"]
+               f"--config.workdir={tmp_path / 'run'}", f"--config.model.policy.path={tmp_path / 'no_model'}"]
     codes, logs, seconds = _two_processes(tmp_path, -1, command)
     assert codes == [2, 2], logs
     for index, text in enumerate(logs):
         assert f" p{index}/2] distributed: process {index} of 2" in text
-        assert f"error (p{index}/2): this run has 2 processes" in text
+        assert f"error (p{index}/2): " in text and "no_model" in text
     assert seconds < 60
 
 

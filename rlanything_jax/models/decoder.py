@@ -14,7 +14,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from rlanything_jax.interfaces import AttendFn, ModelInputs
-from rlanything_jax.models.attention import causal_padding_mask, grouped_query_attention
+from rlanything_jax.models.attention_kernels import AttentionKernel, causal_attention, resolve_attention
 from rlanything_jax.models.linear import linear
 from rlanything_jax.models.lm_head import target_logprobs
 from rlanything_jax.models.model_config import DecoderConfig
@@ -22,6 +22,13 @@ from rlanything_jax.models.rope import apply_rope, inverse_frequencies, rope_cos
 
 # The full forward's `attend` (interfaces.AttendFn) attends over the new keys only; the sampler's writes
 # them to its KV cache (the carry) and attends over the live part of the cache.
+
+# Activation checkpointing of each decoder layer under differentiation (a train config's `remat`): "none"
+# keeps every intermediate for the backward pass, "dots" keeps the matmul outputs without batch dimensions
+# (the projections) and recomputes the rest (norms, rotary, attention scores, activations), "full" keeps
+# only each layer's input and recomputes the whole layer in the backward pass.
+REMAT_POLICIES = {"none": None, "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+                  "full": jax.checkpoint_policies.nothing_saveable}
 
 
 def _init(rngs: nnx.Rngs, shape: Sequence[int], dtype, fan_in: int) -> jax.Array:
@@ -128,15 +135,34 @@ class DecoderLayer(nnx.Module):
         return x + self.mlp(self.post_attention_norm(x)), carry
 
 
+def call_layer(layer: DecoderLayer, remat: str, x: jax.Array, cos: jax.Array, sin: jax.Array, layer_index: int,
+               attend: AttendFn, carry: Any, query_window: int | None = None) -> tuple[jax.Array, Any]:
+    """`layer(...)`, under `jax.checkpoint` with the policy `REMAT_POLICIES[remat]` unless remat is "none"
+    (the same values: only what the backward pass keeps or recomputes differs)."""
+    if remat == "none":
+        return layer(x, cos, sin, layer_index, attend, carry, query_window)
+    graphdef, state = nnx.split(layer)
+
+    def forward(state, x, cos, sin, carry):
+        return nnx.merge(graphdef, state)(x, cos, sin, layer_index, attend, carry, query_window)
+
+    return jax.checkpoint(forward, policy=REMAT_POLICIES[remat])(state, x, cos, sin, carry)
+
+
 class Decoder(nnx.Module):
     """Causal LM: `model(input_ids [B, T] int32) -> logits [B, T, vocab] float32`; implements
-    `interfaces.SharedPrefixLM` (text only: `inputs` with embeddings are refused)."""
+    `interfaces.SharedPrefixLM` (text only: `inputs` with embeddings are refused). `attention` is how every
+    attention of the model runs (`attention_kernels`; default: this platform's `auto`)."""
 
     def __init__(self, cfg: DecoderConfig, *, dtype=jnp.float32, param_dtype=jnp.float32,
-                 rngs: nnx.Rngs | None = None):
+                 rngs: nnx.Rngs | None = None, attention: AttentionKernel | None = None):
         rngs = rngs if rngs is not None else nnx.Rngs(0)
         self.config = cfg
         self.dtype = dtype
+        # A static attribute: part of the graphdef, so the sampler's and the train step's programs see it.
+        self.attention_kernel = attention if attention is not None else resolve_attention()
+        # A key of REMAT_POLICIES; the train step sets it on the model it merges (rl/train_step.token_logprobs).
+        self.remat = "none"
         # Scale 1/sqrt(hidden): a tied output layer then starts with unit-scale logits.
         self.embed = nnx.Param(_init(rngs, (cfg.vocab_size, cfg.hidden_size), param_dtype, cfg.hidden_size),
                                logical_axes=("vocab", "embed"))
@@ -168,10 +194,10 @@ class Decoder(nnx.Module):
             attention_mask = jnp.ones(input_ids.shape, jnp.int32)
         if positions is None:
             positions = positions_from_mask(attention_mask)
-        mask = causal_padding_mask(attention_mask)
+        key_valid, kernel = attention_mask.astype(jnp.bool_), self.attention_kernel
 
-        def attend(layer_index, q, k, v, carry):
-            return grouped_query_attention(q, k, v, mask[:, mask.shape[1] - q.shape[1]:]), carry
+        def attend(layer_index, q, k, v, carry):   # the queries are the last q.shape[1] positions
+            return causal_attention(q, k, v, key_valid, k.shape[1] - q.shape[1], kernel), carry
 
         hidden, _ = self.run_layers(input_ids, positions, attend, None, last, inputs)
         return hidden
@@ -187,20 +213,20 @@ class Decoder(nnx.Module):
         _check_last(last, input_ids.shape[1])
         prefix_lengths = jnp.sum(prefix_mask.astype(jnp.int32), axis=-1)
         positions = jnp.take(prefix_lengths, prefix_index)[:, None] + positions_from_mask(attention_mask)
-        prefix_attention = causal_padding_mask(prefix_mask)
-        rows, length = input_ids.shape
-        seen_prefix = jnp.take(prefix_mask, prefix_index, axis=0).astype(jnp.bool_)[:, None, :]
-        row_attention = jnp.concatenate([jnp.broadcast_to(seen_prefix, (rows, length, prefix_mask.shape[1])),
-                                         causal_padding_mask(attention_mask)], axis=-1)
+        kernel = self.attention_kernel
+        # A row's keys are its prefix's then its own: its queries come after every prefix column, so the
+        # causal rule over the concatenation lets them see all of the prefix's valid keys.
+        row_keys_valid = jnp.concatenate([jnp.take(prefix_mask, prefix_index, axis=0),
+                                          attention_mask], axis=-1).astype(jnp.bool_)
 
         def attend_prefix(layer_index, q, k, v, carry):   # hands its keys and values to the rows
-            mask = prefix_attention[:, prefix_attention.shape[1] - q.shape[1]:]
-            return grouped_query_attention(q, k, v, mask), (k, v)
+            start = k.shape[1] - q.shape[1]
+            return causal_attention(q, k, v, prefix_mask.astype(jnp.bool_), start, kernel), (k, v)
 
         def attend_rows(layer_index, q, k, v, prefix_kv):
             keys = jnp.concatenate([jnp.take(prefix_kv[0], prefix_index, axis=0), k], axis=1)
             values = jnp.concatenate([jnp.take(prefix_kv[1], prefix_index, axis=0), v], axis=1)
-            return grouped_query_attention(q, keys, values, row_attention[:, length - q.shape[1]:]), None
+            return causal_attention(q, keys, values, row_keys_valid, keys.shape[1] - q.shape[1], kernel), None
 
         prefix_cos, prefix_sin = self.rope(positions_from_mask(prefix_mask))
         cos, sin = self.rope(positions)
@@ -208,9 +234,9 @@ class Decoder(nnx.Module):
         for index, layer in enumerate(self.layers):
             final = index == len(self.layers) - 1
             # The final layer needs only the prefixes' keys and values: one query keeps its shapes valid.
-            prefix_x, prefix_kv = layer(prefix_x, prefix_cos, prefix_sin, index, attend_prefix, None,
-                                        1 if final else None)
-            x, _ = layer(x, cos, sin, index, attend_rows, prefix_kv, last if final else None)
+            prefix_x, prefix_kv = call_layer(layer, self.remat, prefix_x, prefix_cos, prefix_sin, index,
+                                             attend_prefix, None, 1 if final else None)
+            x, _ = call_layer(layer, self.remat, x, cos, sin, index, attend_rows, prefix_kv, last if final else None)
         return self.final_norm(x)
 
     def run_layers(self, input_ids: jax.Array, positions: jax.Array, attend: AttendFn,
@@ -231,7 +257,7 @@ class Decoder(nnx.Module):
         M-RoPE and adds DeepStack features to the first layers' outputs through `after_layer(index, x)`)."""
         for index, layer in enumerate(self.layers):
             final = index == len(self.layers) - 1
-            x, carry = layer(x, cos, sin, index, attend, carry, last if final else None)
+            x, carry = call_layer(layer, self.remat, x, cos, sin, index, attend, carry, last if final else None)
             if after_layer is not None:
                 x = after_layer(index, x)
         return self.final_norm(x), carry

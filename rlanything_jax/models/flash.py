@@ -7,11 +7,15 @@ than chunks of a few MB that stay in cache. Chunking also lets the causal cache 
 the last key chunk its queries can see, and skip query chunks that are all left padding.
 
 Both users share `online_softmax_update`: the vision tower's bidirectional per-image attention
-(`qwen3_vl.vision.segment_attention`) and the sampler's prefill/extend over the KV cache
-(`causal_window_attention` here).
+(`qwen3_vl.vision.segment_attention`) and the decoder's causal attention (`causal_window_attention`
+here: the training forward, and the sampler's prefill/extend over the KV cache), which has its own
+flash-style backward, so training never holds [query, key] scores either.
 """
 
 from __future__ import annotations
+
+import functools
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -60,56 +64,158 @@ def chunks(x: jax.Array, axis: int, size: int) -> jax.Array:
     return jnp.moveaxis(x, axis, 0)
 
 
+class _Tiles(NamedTuple):
+    """The chunked, heads-major operands of `causal_window_attention` (transposed once: each tile's matmuls
+    are then plain batched dots, where the token-major layout made XLA transpose inside the loop, about 2x
+    slower per score on a CPU)."""
+    queries: jax.Array       # [Nq, B, KV, G, Cq, D], scaled by head_dim ** -0.5
+    columns: jax.Array       # [Nq, Cq] int32: each query's cache column, -1 for chunk padding
+    keys: jax.Array          # [Nk, B, KV, Ck, D]
+    values: jax.Array        # [Nk, B, KV, Ck, D]
+    key_valid: jax.Array     # [Nk, B, Ck] bool, False for chunk padding
+    first_valid: jax.Array   # [B]: each row's first valid column (the window length if none)
+
+
+def _grouped_chunks(x: jax.Array, kv_heads: int, query_chunk: int) -> jax.Array:
+    """[B, T, H, D] -> [Nq, B, KV, G, Cq, D] (query head h is group h % G of kv head h // G)."""
+    batch, length, heads, head_dim = x.shape
+    grouped = jnp.moveaxis(x.reshape(batch, length, kv_heads, heads // kv_heads, head_dim), 1, 3)
+    return chunks(grouped, 3, query_chunk)
+
+
+def _ungroup(x: jax.Array, length: int) -> jax.Array:
+    """[Nq, B, KV, G, Cq, D] -> [B, T, H, D], the inverse of `_grouped_chunks`."""
+    batch, head_dim = x.shape[1], x.shape[-1]
+    return jnp.transpose(x, (1, 0, 4, 2, 3, 5)).reshape(batch, -1, x.shape[2] * x.shape[3], head_dim)[:, :length]
+
+
+def _tiles(q, k, v, key_valid, query_columns, query_chunk: int, key_chunk: int) -> _Tiles:
+    head_dim, window = q.shape[-1], k.shape[1]
+    # Scaling the queries rather than every chunk's scores saves a pass over them.
+    scaled = (q.astype(jnp.float32) * (head_dim ** -0.5)).astype(q.dtype)
+    key_valid = key_valid.astype(jnp.bool_)
+    return _Tiles(
+        queries=_grouped_chunks(scaled, k.shape[2], query_chunk),
+        # Padding queries get column -1: they see nothing, so a chunk of them is skipped.
+        columns=chunks(query_columns.astype(jnp.int32) + 1, 0, query_chunk) - 1,
+        keys=chunks(jnp.moveaxis(k, 1, 2), 2, key_chunk), values=chunks(jnp.moveaxis(v, 1, 2), 2, key_chunk),
+        key_valid=chunks(key_valid, 1, key_chunk),
+        first_valid=jnp.min(jnp.where(key_valid, jnp.arange(window)[None, :], window), axis=1))
+
+
+def _key_chunks_seen(tiles: _Tiles, columns: jax.Array) -> jax.Array:
+    """How many key chunks a query chunk reads: up to its last column's, or none when no query of any row
+    has a valid key at or before it (a chunk of left padding, or of chunk padding)."""
+    key_chunk = tiles.keys.shape[3]
+    sees_any = jnp.any(columns[None, :] >= tiles.first_valid[:, None])
+    return jnp.where(sees_any, jnp.minimum(jnp.max(columns) // key_chunk + 1, tiles.keys.shape[0]), 0)
+
+
+def _tile_logits(tiles: _Tiles, q_chunk: jax.Array, columns: jax.Array, index: jax.Array):
+    """Masked logits [B, KV, G, Cq, Ck] float32 of one query chunk against key chunk `index`, and the mask."""
+    key_chunk = tiles.keys.shape[3]
+    logits = jnp.einsum("bkgqd,bksd->bkgqs", q_chunk, tiles.keys[index], preferred_element_type=jnp.float32)
+    visible = tiles.key_valid[index][:, None, :] & (
+        index * key_chunk + jnp.arange(key_chunk)[None, None, :] <= columns[None, :, None])
+    visible = visible[:, None, None]
+    return jnp.where(visible, logits, MASKED_LOGIT), visible
+
+
+def _over_valid_key_chunks(tiles: _Tiles, count: jax.Array, fold, carry):
+    """fold(index, carry) over the first `count` key chunks, skipping those with no valid key in any row
+    (earlier turns' left padding): they add nothing."""
+    def step(index, carry):
+        return jax.lax.cond(jnp.any(tiles.key_valid[index]), fold, lambda _, c: c, index, carry)
+
+    return jax.lax.fori_loop(0, count, step, carry)
+
+
 def causal_window_attention(q: jax.Array, k: jax.Array, v: jax.Array, key_valid: jax.Array,
                             query_columns: jax.Array, query_chunk: int = 128, key_chunk: int = 512) -> jax.Array:
     """What `attention.grouped_query_attention` computes with the mask key_valid[b, s] & (s <= query_columns[t]),
     for the queries that see at least one key (the others, left-pad queries, get finite values that
-    nothing reads).
+    nothing reads, and no gradient).
 
-    q [B, T, H, D] (the new tokens, whose cache columns `query_columns` [T] increase); k, v [B, W, KV, D]
-    (a window of the cache, new tokens written); key_valid [B, W] bool. Inference only: the key loop
-    has a dynamic length (each query chunk stops at its last visible key chunk), so it has no reverse mode.
+    q [B, T, H, D] (the new tokens, whose key columns `query_columns` [T] increase); k, v [B, W, KV, D]
+    (the keys: a window of the cache with the new tokens written, or the sequence itself in a full
+    forward); key_valid [B, W] bool. Tiles are at most query_chunk x key_chunk, clipped to T x W: padding
+    a 16-token prefill to a 128 x 512 tile made it 40x slower than dense on a CPU. Each query chunk stops
+    at its last visible key chunk. Differentiable: the backward recomputes each tile's scores from the
+    saved log-sum-exp (FlashAttention-2's), so training holds no [T, W] scores either.
     """
-    batch, length, heads, head_dim = q.shape
-    window, kv_heads = k.shape[1], k.shape[2]
-    groups = heads // kv_heads
-    # Scaling the queries rather than every chunk's scores saves a pass over them.
-    scaled = (q.astype(jnp.float32) * (head_dim ** -0.5)).astype(q.dtype)
-    # Heads-major tiles ([B, KV, G, chunk, D] queries, [B, KV, chunk, D] keys and values), transposed once
-    # here: each tile's matmuls are then plain batched dots, where the token-major layout made XLA
-    # transpose inside the loop (about 2x slower per score on a CPU).
-    grouped = jnp.moveaxis(scaled.reshape(batch, length, kv_heads, groups, head_dim), 1, 3)
-    q_chunks = chunks(grouped, 3, query_chunk)
-    # Padding queries get column -1: they see nothing, so a chunk of them is skipped.
-    column_chunks = chunks(query_columns.astype(jnp.int32) + 1, 0, query_chunk) - 1
-    k_chunks, v_chunks = chunks(jnp.moveaxis(k, 1, 2), 2, key_chunk), chunks(jnp.moveaxis(v, 1, 2), 2, key_chunk)
-    valid_chunks = chunks(key_valid.astype(jnp.bool_), 1, key_chunk)   # padding keys are invalid
-    key_offsets = jnp.arange(key_chunk)
-    # A query sees a key chunk only if some of its rows has a valid key there at or before the query:
-    # queries whose row has no valid column at or before them (left padding) see nothing.
-    first_valid = jnp.min(jnp.where(key_valid, jnp.arange(window)[None, :], window), axis=1)   # [B]
+    query_chunk, key_chunk = max(1, min(query_chunk, q.shape[1])), max(1, min(key_chunk, k.shape[1]))
+    return _causal_window_attention(q, k, v, key_valid, query_columns, query_chunk, key_chunk)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))
+def _causal_window_attention(q, k, v, key_valid, query_columns, query_chunk, key_chunk):
+    return _forward(q, k, v, key_valid, query_columns, query_chunk, key_chunk)[0]
+
+
+def _forward(q, k, v, key_valid, query_columns, query_chunk, key_chunk):
+    tiles = _tiles(q, k, v, key_valid, query_columns, query_chunk, key_chunk)
+    batch, kv_heads, groups = tiles.queries.shape[1:4]
 
     def one_query_chunk(chunk):
         q_chunk, columns = chunk
-        sees_any = jnp.any(columns[None, :] >= first_valid[:, None])
-        last_chunk = jnp.max(columns) // key_chunk
-        num_key_chunks = jnp.where(sees_any, jnp.minimum(last_chunk + 1, k_chunks.shape[0]), 0)
 
         def fold(index, carry):
-            k_block, v_block, valid = k_chunks[index], v_chunks[index], valid_chunks[index]
-            logits = jnp.einsum("bkgqd,bksd->bkgqs", q_chunk, k_block, preferred_element_type=jnp.float32)
-            visible = valid[:, None, :] & (index * key_chunk + key_offsets[None, None, :] <= columns[None, :, None])
-            logits = jnp.where(visible[:, None, None], logits, MASKED_LOGIT)
-            return online_softmax_update(carry, logits, v_block, "bkgqs,bksd->bkgqd")
+            logits, _ = _tile_logits(tiles, q_chunk, columns, index)
+            return online_softmax_update(carry, logits, tiles.values[index], "bkgqs,bksd->bkgqd")
 
-        def over_keys(index, carry):
-            # A chunk of earlier turns' left padding (no valid column in any row) adds nothing: skipped.
-            return jax.lax.cond(jnp.any(valid_chunks[index]), fold, lambda _, c: c, index, carry)
+        start = online_softmax_start((batch, kv_heads, groups, query_chunk), q.shape[-1])
+        carry = _over_valid_key_chunks(tiles, _key_chunks_seen(tiles, columns), fold, start)
+        running_max, denominator, _ = carry
+        log_sum_exp = running_max + jnp.log(jnp.maximum(denominator, 1e-30))
+        return online_softmax_finish(carry).astype(v.dtype), log_sum_exp
 
-        start = online_softmax_start((batch, kv_heads, groups, query_chunk), head_dim)
-        out = online_softmax_finish(jax.lax.fori_loop(0, num_key_chunks, over_keys, start))
-        return out.astype(v.dtype)   # [B, KV, G, Cq, D]
+    out, log_sum_exp = jax.lax.map(one_query_chunk, (tiles.queries, tiles.columns))
+    return _ungroup(out, q.shape[1]), (out, log_sum_exp)
 
-    out = jax.lax.map(one_query_chunk, (q_chunks, column_chunks))   # [chunks, B, KV, G, Cq, D]
-    out = jnp.transpose(out, (1, 0, 4, 2, 3, 5)).reshape(batch, -1, heads, head_dim)
-    return out[:, :length]
+
+def _forward_rule(q, k, v, key_valid, query_columns, query_chunk, key_chunk):
+    out, (grouped_out, log_sum_exp) = _forward(q, k, v, key_valid, query_columns, query_chunk, key_chunk)
+    return out, (q, k, v, key_valid, query_columns, grouped_out, log_sum_exp)
+
+
+def _backward_rule(query_chunk, key_chunk, residuals, d_out):
+    """Per query chunk, over the key chunks its forward read: p = exp(logits - lse) on visible keys,
+    dV += p^T dO, dlogits = p * (dO V^T - rowsum(dO * O)), dQ += dlogits K, dK += dlogits^T Q."""
+    q, k, v, key_valid, query_columns, grouped_out, log_sum_exp = residuals
+    tiles = _tiles(q, k, v, key_valid, query_columns, query_chunk, key_chunk)
+    d_out = _grouped_chunks(d_out.astype(v.dtype), k.shape[2], query_chunk)
+    row_sums = jnp.einsum("...d,...d->...", d_out.astype(jnp.float32), grouped_out.astype(jnp.float32))
+    f32 = dict(preferred_element_type=jnp.float32)
+
+    def one_query_chunk(key_grads, chunk):
+        q_chunk, columns, d_chunk, lse, row_sum = chunk
+
+        def fold(index, carry):
+            dq, dk, dv = carry
+            logits, visible = _tile_logits(tiles, q_chunk, columns, index)
+            weights = jnp.where(visible, jnp.exp(logits - lse[..., None]), 0.0)
+            dv = dv.at[index].add(jnp.einsum("bkgqs,bkgqd->bksd", weights.astype(v.dtype), d_chunk, **f32))
+            d_weights = jnp.einsum("bkgqd,bksd->bkgqs", d_chunk, tiles.values[index], **f32)
+            d_logits = weights * (d_weights - row_sum[..., None])
+            dq = dq + jnp.einsum("bkgqs,bksd->bkgqd", d_logits.astype(k.dtype), tiles.keys[index], **f32)
+            dk = dk.at[index].add(jnp.einsum("bkgqs,bkgqd->bksd", d_logits.astype(q.dtype), q_chunk, **f32))
+            return dq, dk, dv
+
+        start = (jnp.zeros(q_chunk.shape, jnp.float32),) + key_grads
+        dq, dk, dv = _over_valid_key_chunks(tiles, _key_chunks_seen(tiles, columns), fold, start)
+        return (dk, dv), dq
+
+    zeros = jnp.zeros(tiles.keys.shape, jnp.float32)
+    (dk, dv), dq = jax.lax.scan(one_query_chunk, (zeros, zeros),
+                                (tiles.queries, tiles.columns, d_out, log_sum_exp, row_sums))
+    # The logits took the scaled queries: their gradient carries the scale once more.
+    dq = _ungroup(dq * (q.shape[-1] ** -0.5), q.shape[1])
+
+    def unchunk_keys(x):   # [Nk, B, KV, Ck, D] -> [B, W, KV, D]
+        joined = jnp.moveaxis(x, 0, 2).reshape(x.shape[1], x.shape[2], -1, x.shape[-1])
+        return jnp.moveaxis(joined, 1, 2)[:, :k.shape[1]]
+
+    return dq.astype(q.dtype), unchunk_keys(dk).astype(k.dtype), unchunk_keys(dv).astype(v.dtype), None, None
+
+
+_causal_window_attention.defvjp(_forward_rule, _backward_rule)

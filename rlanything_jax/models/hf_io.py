@@ -25,6 +25,7 @@ from safetensors import safe_open
 from safetensors.numpy import save_file
 
 from rlanything_jax import sharding as sharding_lib
+from rlanything_jax.models.attention_kernels import AttentionKernel
 from rlanything_jax.models.decoder import Decoder
 from rlanything_jax.models.model_config import DecoderConfig
 
@@ -122,12 +123,13 @@ def _resolve_dtype(dtype: Any) -> Any:
 
 def load_pretrained(hf_dir: str | Path, dtype: Any = "float32", mesh: Mesh | None = None,
                     rules: sharding_lib.Rules = sharding_lib.DEFAULT_LOGICAL_AXIS_RULES,
-                    compute_dtype: Any = None) -> Decoder:
+                    compute_dtype: Any = None, attention: AttentionKernel | None = None) -> Decoder:
     """Builds a `Decoder` (a `Qwen3VL` for `model_type: qwen3_vl`) from a Hugging Face directory, each
     leaf placed with its target sharding.
 
     `dtype` is the parameter dtype; `compute_dtype` defaults to it. With `mesh=None`
-    everything goes to the first device.
+    everything goes to the first device. `attention`: how the model attends (`attention_kernels`;
+    default: this platform's `auto`).
     """
     param_dtype = _resolve_dtype(dtype)
     compute_dtype = _resolve_dtype(compute_dtype) if compute_dtype is not None else param_dtype
@@ -135,10 +137,10 @@ def load_pretrained(hf_dir: str | Path, dtype: Any = "float32", mesh: Mesh | Non
     if hf.get("model_type") == "qwen3_vl":
         from rlanything_jax.models.qwen3_vl import weights as qwen3_vl_weights
 
-        return qwen3_vl_weights.load(hf, hf_dir, param_dtype, compute_dtype, mesh, rules)
+        return qwen3_vl_weights.load(hf, hf_dir, param_dtype, compute_dtype, mesh, rules, attention)
     cfg = DecoderConfig.from_hf(hf)
-    return load_into(lambda: Decoder(cfg, dtype=compute_dtype, param_dtype=param_dtype), hf_dir, param_dtype,
-                     mesh, rules, name=f"the {cfg.model_type} decoder")
+    return load_into(lambda: Decoder(cfg, dtype=compute_dtype, param_dtype=param_dtype, attention=attention),
+                     hf_dir, param_dtype, mesh, rules, name=f"the {cfg.model_type} decoder")
 
 
 def load_into(build, hf_dir: str | Path, param_dtype: Any, mesh: Mesh | None, rules: sharding_lib.Rules,

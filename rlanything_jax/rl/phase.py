@@ -26,11 +26,13 @@ import numpy as np
 from flax import nnx
 from jax.sharding import Mesh
 
+from rlanything_jax import multihost
 from rlanything_jax import sharding as sharding_lib
 from rlanything_jax.rl.data import BatchIterator, DataConfig, Example
 from rlanything_jax.rl.train_config import TrainConfig
-from rlanything_jax.rl.train_state import TrainState, init_train_state, make_optimizer, reset_optimizer
-from rlanything_jax.rl.train_step import TrainBatch, TrainSpec, jit_train_step
+from rlanything_jax.rl.train_state import (TrainState, init_train_state, make_optimizer, reset_optimizer,
+                                          train_state_shardings)
+from rlanything_jax.rl.train_step import TrainBatch, TrainSpec, batch_shardings, jit_train_step
 from rlanything_jax.rl.vision import ImageTraining, freeze_vision, with_cached_image_features
 from rlanything_jax.seeds import derive_seed
 
@@ -65,7 +67,13 @@ class Learner:
     def fresh_state(self, params) -> TrainState:
         """A new train state at `params` for this learner: its optimizer, and a frozen copy of `params` as
         the KL's reference when `kl_reference="initial"`."""
-        return init_train_state(params, self.tx, frozen_reference=self.train_config.kl_reference == "initial")
+        state = init_train_state(params, self.tx, frozen_reference=self.train_config.kl_reference == "initial")
+        # Laid out as the train step wants it (global arrays, also for the counts a multi-process save reads).
+        return multihost.to_device(state, train_state_shardings(state, self.tx, self.mesh, self.rules))
+
+    def place(self, batch: TrainBatch) -> TrainBatch:
+        """A host batch (every process holds all of it) as global arrays on the train step's shardings."""
+        return multihost.to_device(batch, batch_shardings(batch, self.mesh, self.rules))
 
     def _step_fn(self, state: TrainState, batch: TrainBatch, num_micro: int):
         # Images through the tower (their bucketed patch count) or cached features (their token count).
@@ -76,7 +84,7 @@ class Learner:
             cfg = self.train_config
             # The batch's loss weights carry cfg.aggregation (see the module docstring).
             spec = TrainSpec(graphdef=self.graphdef, tx=self.tx, clip_eps=cfg.clip_eps, kl_beta=cfg.kl_beta,
-                             aggregation="token_mean", num_micro_batches=num_micro)
+                             aggregation="token_mean", num_micro_batches=num_micro, remat=cfg.remat)
             self.compiled[key] = jit_train_step(spec, state, batch, self.mesh, self.rules)
         return self.compiled[key]
 
@@ -151,7 +159,7 @@ def train_phase(learner: Learner, state: TrainState, examples: Sequence[Example]
         batches = BatchIterator(kept, dataclasses.replace(data_cfg, batch_size=num_micro * cfg.micro_batch_size,
                                                           seed=epoch_seed(seed, epoch)))
         for batch in batches:
-            batch = learner.with_frozen_features(state.params, batch)
+            batch = learner.with_frozen_features(state.params, learner.place(batch))
             step_fn = learner._step_fn(state, batch, num_micro)
             state, step_metrics = step_fn(state, batch)
             update_metrics.append({name: float(np.asarray(value))

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from rlanything_jax import validation as v
+from rlanything_jax.models.decoder import REMAT_POLICIES
 from rlanything_jax.rl.losses import AGGREGATIONS
 
 SCHEDULES = ("constant", "warmup_cosine")
@@ -50,6 +51,7 @@ _CHECKS = (
     ("overlong_prompt", _choice(OVERLONG_PROMPT_POLICIES)),
     ("append_eos", v.boolean),
     ("pack_turns", v.boolean),
+    ("remat", _choice(tuple(REMAT_POLICIES))),
 )
 
 
@@ -82,6 +84,10 @@ class TrainConfig:
     overlong_prompt: str = "drop"         # the reference drops them; or "truncate_left"
     append_eos: bool = True
     pack_turns: bool = True               # one example per multi-turn episode (rl/data.pack_turns)
+    # Activation checkpointing of each decoder layer in the train step (models/decoder.REMAT_POLICIES):
+    # "none" (keep every activation: fastest, most memory), "dots" (keep the projections' outputs),
+    # "full" (keep each layer's input only; about one more forward pass of compute).
+    remat: str = "none"
 
     def __post_init__(self):
         v.fields_checked(_CHECKS, self)

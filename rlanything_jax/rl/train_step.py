@@ -71,13 +71,15 @@ class TrainSpec:
     kl_beta: float = 0.01
     aggregation: str = "sequence_mean"
     num_micro_batches: int = 1
+    remat: str = "none"     # the decoder layers' activation checkpointing (models/decoder.REMAT_POLICIES)
 
 
 def token_logprobs(graphdef: nnx.GraphDef, params: nnx.State, input_ids: jax.Array, attention_mask: jax.Array,
                    targets: jax.Array, prefixes: tuple[jax.Array, jax.Array, jax.Array] | None = None,
-                   images: TrainBatch | None = None) -> jax.Array:
+                   images: TrainBatch | None = None, remat: str = "none") -> jax.Array:
     """log p(targets[:, j] | tokens up to position L - W + j), float32 [N, W], for input_ids [N, L] and
     targets [N, W] with W <= L: the targets cover the last W positions (all of them when W = L).
+    `remat` checkpoints each decoder layer under that policy (a model built on `models.Decoder`).
 
     The output layer and the last decoder layer run on those W positions only: responses sit
     at the end of a row, so a batch whose prompt columns carry no loss skips their logits
@@ -87,6 +89,8 @@ def token_logprobs(graphdef: nnx.GraphDef, params: nnx.State, input_ids: jax.Arr
     if window > input_ids.shape[1]:
         raise ValueError(f"targets cover {window} positions but the rows have {input_ids.shape[1]}")
     model = nnx.merge(graphdef, params)
+    if remat != "none":
+        model.remat = remat   # a fresh module of this trace: the graphdef itself is left as it is
     if images is not None and images.mrope_positions is not None:   # a vision-language batch
         if prefixes is not None:
             raise ValueError("shared prefixes are not supported for rows with images")
@@ -106,7 +110,7 @@ def _micro_objective(params: nnx.State, micro: TrainBatch, spec: TrainSpec,
     the KL is taken against their log-probabilities (a forward pass, no gradient), not the batch's."""
     prefixes = None if micro.prefix_ids is None else (micro.prefix_ids, micro.prefix_mask, micro.prefix_index)
     logp = token_logprobs(spec.graphdef, params, micro.input_ids, micro.attention_mask, micro.targets, prefixes,
-                          micro)
+                          micro, remat=spec.remat)
     # NaN marks tokens the sampler never scored (an appended EOS): treat them as on-policy.
     on_policy = jax.lax.stop_gradient(logp)
     old_logp = jnp.where(jnp.isnan(micro.old_logp), on_policy, micro.old_logp)

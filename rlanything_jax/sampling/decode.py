@@ -24,8 +24,7 @@ import jax.numpy as jnp
 from flax import nnx, struct
 
 from rlanything_jax.interfaces import CacheLayout, CausalLM, ModelInputs
-from rlanything_jax.models import flash
-from rlanything_jax.models.attention import grouped_query_attention
+from rlanything_jax.models.attention_kernels import AttentionKernel, causal_attention, resolve_attention
 from rlanything_jax.sampling.strategies import SamplingStrategy
 
 
@@ -50,9 +49,6 @@ class DecodeState:
     num_generated: jax.Array  # int32 [batch]
     rng: jax.Array            # PRNG key for sampling
 
-
-# Up to this many new tokens attend densely; more go through the flash-style kernel.
-_DENSE_QUERIES = 128
 
 CACHE_AXES = ("batch", "length", "kv_heads", "head_dim")
 
@@ -87,21 +83,18 @@ def init_decode_state(cfg: CacheLayout, batch: int, cache_length: int, max_new_t
 
 
 def _window_attention(q: jax.Array, layer_k: jax.Array, layer_v: jax.Array, valid: jax.Array,
-                      query_columns: jax.Array, window: int) -> jax.Array:
-    """Attention of q [B, T, H, D] over the first `window` columns of one layer's cache.
+                      write_index: jax.Array, window: int, kernel: AttentionKernel) -> jax.Array:
+    """Attention of q [B, T, H, D], written at columns write_index.., over the first `window` columns of one
+    layer's cache.
 
-    The static slice reads only the window, not the whole allocated cache. Many new tokens (a prefill
-    or an extend) go flash-style (`flash.causal_window_attention`): dense [B, H, T, window] scores of a
-    3072-token screenshot turn over a 10240-column window ran 10-20x slower on a CPU. A decode step
-    (T = 1) stays dense: its scores are one row.
+    The static slice reads only the window, not the whole allocated cache. How it attends is the model's
+    `attention_kernel` (`attention_kernels.causal_attention`): under `chunked`, a prefill or an extend
+    never holds [B, H, T, window] scores (dense ones of a 3072-token screenshot turn over a 10240-column
+    window ran 10-20x slower on a CPU); a decode step (T = 1) is dense under every kernel, its scores one row.
     """
     keys = layer_k[:, :window].astype(q.dtype)
     values = layer_v[:, :window].astype(q.dtype)
-    if q.shape[1] > _DENSE_QUERIES:
-        return flash.causal_window_attention(q, keys, values, valid[:, :window], query_columns)
-    columns = jnp.arange(window)
-    mask = valid[:, None, :window] & (columns[None, None, :] <= query_columns[None, :, None])
-    return grouped_query_attention(q, keys, values, mask)
+    return causal_attention(q, keys, values, valid[:, :window], write_index, kernel)
 
 
 def _forward_with_cache(model: CausalLM, cache: KVCache, write_index: jax.Array, tokens: jax.Array,
@@ -112,14 +105,15 @@ def _forward_with_cache(model: CausalLM, cache: KVCache, write_index: jax.Array,
     Attention reads the first `window` (static) cache columns, which must cover write_index + T.
     """
     valid = jax.lax.dynamic_update_slice(cache.valid, token_valid, (0, write_index))
-    query_columns = write_index + jnp.arange(tokens.shape[1])
     start = (0, write_index, 0, 0)
+    # A model of one's own (interfaces.CausalLM) need not name a kernel: it gets this platform's default.
+    kernel = getattr(model, "attention_kernel", None) or resolve_attention()
 
     def attend(layer, q, k, v, kv):
         keys, values = kv
         layer_k = jax.lax.dynamic_update_slice(keys[layer], k.astype(keys[layer].dtype), start)
         layer_v = jax.lax.dynamic_update_slice(values[layer], v.astype(values[layer].dtype), start)
-        out = _window_attention(q, layer_k, layer_v, valid, query_columns, window)
+        out = _window_attention(q, layer_k, layer_v, valid, write_index, window, kernel)
         return out, (keys[:layer] + (layer_k,) + keys[layer + 1:], values[:layer] + (layer_v,) + values[layer + 1:])
 
     hidden, (new_k, new_v) = model.run_layers(tokens, positions, attend, (cache.k, cache.v), inputs=inputs)

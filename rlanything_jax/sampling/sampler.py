@@ -20,6 +20,7 @@ import numpy as np
 from flax import nnx
 from jax.sharding import Mesh
 
+from rlanything_jax import multihost
 from rlanything_jax import sharding as sharding_lib
 from rlanything_jax.interfaces import CausalLM, ModelInputs
 from rlanything_jax.models.qwen3_vl.patches import bucket_patches, patch_layout
@@ -85,7 +86,7 @@ class Sampler:
         self.rules = rules
         self.graphdef, params = nnx.split(model)
         self._param_shardings = sharding_lib.state_shardings(params, self.mesh, rules)
-        self.params = jax.device_put(params, self._param_shardings)
+        self.params = multihost.to_device(params, self._param_shardings)
         self.cache_dtype = jnp.dtype(config.cache_dtype or model.dtype)
         self.compilations: collections.Counter[str] = collections.Counter()
         # Real (non-padding) "rows" and "tokens" sent through prefill: shows what replication saves.
@@ -101,7 +102,7 @@ class Sampler:
         new = jax.tree.map(lambda a: (a.shape, a.dtype), params)
         if jax.tree.structure(old) != jax.tree.structure(new) or old != new:
             raise ValueError("update_params needs parameters with the sampler's structure, shapes and dtypes")
-        self.params = jax.device_put(params, self._param_shardings)
+        self.params = multihost.to_device(params, self._param_shardings)
 
     # ------------------------------------------------------------------ programs
 
@@ -111,6 +112,11 @@ class Sampler:
 
         return jax.tree.map(to_sharding, decode_lib.state_logical_axes(self.model_config.num_layers), state_shapes,
                             is_leaf=decode_lib.is_axes)
+
+    def _rows_sharding(self, state: decode_lib.DecodeState, rank: int):
+        """How a host array of one value (rank 1) or one token list (rank 2) per row is laid out."""
+        axes = ("batch", "length")[:rank]
+        return sharding_lib.named_sharding(self.mesh, axes, self.rules, state.done.shape + (1,) * (rank - 1))
 
     def _program(self, kind: str, state: decode_lib.DecodeState, **static) -> Any:
         # Shardings depend on shapes (a mesh axis that does not divide a dim is dropped).
@@ -122,7 +128,7 @@ class Sampler:
 
     def _compile(self, kind: str, state: decode_lib.DecodeState, **static) -> Any:
         state_shardings = self._state_shardings(state)
-        batch_2d = sharding_lib.named_sharding(self.mesh, ("batch", "length"), self.rules, state.done.shape + (1,))
+        batch_2d = self._rows_sharding(state, 2)
         replicated = sharding_lib.named_sharding(self.mesh, (), self.rules)
         counter = self.compilations
 
@@ -148,7 +154,7 @@ class Sampler:
             def program(state, keep, start):
                 counter["truncate"] += 1
                 return decode_lib.truncate_generation(state, keep, start)
-            batch_1d = sharding_lib.named_sharding(self.mesh, ("batch",), self.rules, state.done.shape)
+            batch_1d = self._rows_sharding(state, 1)
             in_shardings = (state_shardings, batch_1d, replicated)
             donate = (0,)
         elif kind == "replicate":
@@ -189,7 +195,7 @@ class Sampler:
                              f"max_cache_length {self.config.max_cache_length}")
         state = decode_lib.init_decode_state(self.model_config, batch, cache_length,
                                              bucket_length(max_new_tokens, 16), self.cache_dtype)
-        state = jax.device_put(state, self._state_shardings(state))
+        state = multihost.to_device(state, self._state_shardings(state))
         conversation = Conversation(state=state, num_rows=len(prompts))
         self._append(conversation, prompts, prompt_length, images)
         if num_samples > 1:
@@ -232,9 +238,11 @@ class Sampler:
         if images is not None and any(images):
             inputs = self._image_inputs(state, tokens, valid, images)
             program = self._program("prefill_images", state, window=window, image_tokens=inputs.embeddings.shape[0])
+            tokens, valid = multihost.to_device((tokens, valid), self._rows_sharding(state, 2))
             conversation.state = program(self.params, state, tokens, valid, inputs)
             return
         program = self._program("prefill", state, window=window)
+        tokens, valid = multihost.to_device((tokens, valid), self._rows_sharding(state, 2))
         conversation.state = program(self.params, state, tokens, valid)
 
     # ------------------------------------------------------------------ images
@@ -283,7 +291,7 @@ class Sampler:
             raise ValueError(f"the new tokens hold {int(placeholder.sum())} image pads for {count} image tokens")
         grids = np.asarray([image.grid_thw for image in flat], np.int64).reshape(-1, 3)
         positions, _ = get_rope_index(tokens, grids, cfg.image_token_id, valid, cfg.vision.spatial_merge_size)
-        offsets = np.asarray(jax.device_get(state.positions))[None, :, None]
+        offsets = multihost.to_host(state.positions)[None, :, None]
         positions = np.where(valid[None].astype(bool), positions + offsets, 0).astype(np.int32)
         return ModelInputs(embeddings=embeddings, placeholder=jnp.asarray(placeholder),
                            position_ids=jnp.asarray(positions), deepstack=deepstack)
@@ -297,7 +305,7 @@ class Sampler:
             size = bucket_length(max_new_tokens, 16)
             state = state.replace(tokens=jnp.zeros((state.done.shape[0], size), jnp.int32),
                                   logprobs=jnp.zeros((state.done.shape[0], size), jnp.float32))
-            state = jax.device_put(state, self._state_shardings(state))
+            state = multihost.to_device(state, self._state_shardings(state))
         if stop_token_ids is None:
             stop_token_ids = self.tokenizer.stop_token_ids if self.tokenizer is not None else ()
         spec = decode_lib.DecodeSpec(
@@ -319,7 +327,8 @@ class Sampler:
         padded = np.zeros(state.done.shape[0], np.int32)
         padded[:len(keep)] = keep
         program = self._program("truncate", state)
-        conversation.state = program(state, padded, jnp.asarray(conversation.last_decode_start, jnp.int32))
+        conversation.state = program(state, multihost.to_device(padded, self._rows_sharding(state, 1)),
+                                     jnp.asarray(conversation.last_decode_start, jnp.int32))
 
     # ------------------------------------------------------------------ one-shot
 

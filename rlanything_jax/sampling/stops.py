@@ -7,6 +7,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from rlanything_jax import multihost
 from rlanything_jax.sampling.decode import DecodeState
 
 
@@ -39,9 +40,8 @@ def finish_rows(state: DecodeState, num_rows: int, tokenizer: Any, stop_token_id
                 stop_strings: Sequence[str], max_new_tokens: int) -> tuple[list[Completion], np.ndarray | None]:
     """Completions for the first `num_rows` rows, and per-row token counts to keep when a stop
     string cut a row short (None when nothing was cut)."""
-    counts = np.asarray(state.num_generated)[:num_rows]
-    tokens = np.asarray(state.tokens)[:num_rows]
-    logprobs = np.asarray(state.logprobs)[:num_rows]
+    counts, tokens, logprobs = (a[:num_rows] for a in multihost.to_host(
+        (state.num_generated, state.tokens, state.logprobs)))
     stops = set(int(t) for t in stop_token_ids)
     completions, keep, cut_any = [], counts.copy(), False
     for row in range(num_rows):

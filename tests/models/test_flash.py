@@ -5,6 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rlanything_jax.models.attention import grouped_query_attention
+from rlanything_jax.models.attention_kernels import AttentionKernel
 from rlanything_jax.models.flash import causal_window_attention
 from rlanything_jax.sampling import decode as decode_lib
 
@@ -51,8 +52,8 @@ def test_a_chunk_of_queries_that_see_nothing_is_skipped_and_finite():
     assert np.isfinite(ours).all()
 
 
-def test_window_attention_takes_the_flash_path_for_long_prefills_with_the_same_result(monkeypatch):
-    """`decode._window_attention` (what prefill and extend call per layer) above its dense limit equals
+def test_window_attention_under_chunked_equals_xla_over_the_same_cache():
+    """`decode._window_attention` (what prefill and extend call per layer) under the chunked kernel equals
     the dense path on the same cache."""
     rng = np.random.default_rng(2)
     batch, new, heads, kv_heads, head_dim, window, start = 2, 200, 4, 2, 16, 512, 130
@@ -62,9 +63,9 @@ def test_window_attention_takes_the_flash_path_for_long_prefills_with_the_same_r
     valid = np.zeros((batch, 1024), bool)
     valid[:, 5:start + new] = True
     valid[1, start:start + 60] = False
-    columns = jnp.asarray(start + np.arange(new))
-    flash = decode_lib._window_attention(q, cache_k, cache_v, jnp.asarray(valid), columns, window)
-    monkeypatch.setattr(decode_lib, "_DENSE_QUERIES", 10 ** 9)
-    dense = decode_lib._window_attention(q, cache_k, cache_v, jnp.asarray(valid), columns, window)
+    write_index = jnp.asarray(start, jnp.int32)
+    chunked, dense = (decode_lib._window_attention(q, cache_k, cache_v, jnp.asarray(valid), write_index, window,
+                                                   AttentionKernel(name))
+                      for name in ("chunked", "xla"))
     real = valid[:, start:start + new]
-    np.testing.assert_allclose(np.asarray(flash)[real], np.asarray(dense)[real], atol=1e-5, rtol=0)
+    np.testing.assert_allclose(np.asarray(chunked)[real], np.asarray(dense)[real], atol=1e-5, rtol=0)

@@ -18,6 +18,7 @@ import numpy as np
 from flax import nnx
 
 from rlanything_jax.interfaces import AttendFn, ModelInputs
+from rlanything_jax.models.attention_kernels import AttentionKernel
 from rlanything_jax.models.decoder import Decoder, _check_last
 from rlanything_jax.models.qwen3_vl import processor
 from rlanything_jax.models.qwen3_vl.config import Qwen3VLConfig
@@ -71,11 +72,12 @@ class Qwen3VL(Decoder):
     as transformers' `Qwen3VLForConditionalGeneration` (image pads already expanded in input_ids)."""
 
     def __init__(self, cfg: Qwen3VLConfig, *, dtype=jnp.float32, param_dtype=jnp.float32,
-                 rngs: nnx.Rngs | None = None):
+                 rngs: nnx.Rngs | None = None, attention: AttentionKernel | None = None):
         rngs = rngs if rngs is not None else nnx.Rngs(0)
-        super().__init__(cfg.text, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        super().__init__(cfg.text, dtype=dtype, param_dtype=param_dtype, rngs=rngs, attention=attention)
         self.vl_config = cfg
-        self.visual = VisionTower(cfg.vision, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        self.visual = VisionTower(cfg.vision, dtype=dtype, param_dtype=param_dtype, rngs=rngs,
+                                  attention=self.attention_kernel)
 
     def image_features(self, pixel_values: jax.Array, image_grid_thw: np.ndarray) -> tuple[jax.Array, jax.Array]:
         """Image embeddings [N, embed] (N = image tokens of all images, in order) and DeepStack features

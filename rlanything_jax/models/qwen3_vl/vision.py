@@ -7,7 +7,8 @@ form one LLM token. What an image's grid decides (the interpolated position-embe
 compiled program (`patches.bucket_patches`). Attention is block-diagonal: each image (frame)
 attends within itself only, through segment ids over the packed patches, and, for large images,
 flash-style in blocks so that a 1920x1088 screenshot (8160 patches) never holds its full score
-matrix.
+matrix. How it attends is the tower's `AttentionKernel` (`attend_within_segments`): `chunked` is that
+blocked path, `xla` the dense scores, `cudnn` and `splash` the accelerators' fused kernels.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import numpy as np
 from flax import nnx
 
 from rlanything_jax.models import flash
+from rlanything_jax.models import fused_attention as fused
+from rlanything_jax.models.attention_kernels import AttentionKernel, log_fallback, resolve_attention
 from rlanything_jax.models.decoder import Projection, _init
 from rlanything_jax.models.qwen3_vl.config import VisionConfig
 from rlanything_jax.models.qwen3_vl.patches import Grid, PatchLayout, patch_layout
@@ -171,10 +174,41 @@ def image_attention(q: jax.Array, k: jax.Array, v: jax.Array, query_chunk: int |
     return segment_attention(q, k, v, jnp.zeros((q.shape[0],), jnp.int32), None, query_chunk, key_chunk)
 
 
+def attend_within_segments(q: jax.Array, k: jax.Array, v: jax.Array, segments: jax.Array, valid: jax.Array,
+                           kernel: AttentionKernel) -> jax.Array:
+    """`segment_attention`'s result (q, k, v [n, heads, head_dim]) by `kernel`: `xla` dense, `chunked` blocked,
+    `cudnn` and `splash` fused (bucket padding is a segment of its own for them), falling back to chunked
+    with the reason logged where a kernel cannot take the call."""
+    segments = jnp.asarray(segments, jnp.int32)
+    if kernel.name == "xla":
+        return _dense_attention(q, k, v, segments[:, None] == segments[None, :])
+    reason = None
+    n = q.shape[0]
+    if kernel.name == "cudnn":
+        reason = fused.cudnn_unsupported(q[None], k[None])
+        if reason is None:
+            visible = segments[None, :, None] == segments[None, None, :]
+            return fused.cudnn_attention(q[None], k[None], v[None], visible)[0]
+    elif kernel.name == "splash" and kernel.platform == "gpu":
+        reason = fused.triton_unsupported(n, n, None)
+        if reason is None:
+            return fused.triton_attention(q[None], k[None], v[None], segments[None], causal=False,
+                                          interpret=kernel.interpret)[0]
+    elif kernel.name == "splash":
+        reason = fused.splash_unsupported(n, n)
+        if reason is None:
+            return fused.splash_attention(q[None], k[None], v[None], segments[None], segments[None], None,
+                                          kernel.interpret)[0]
+    if reason is not None:
+        log_fallback(kernel, reason)
+    return segment_attention(q, k, v, segments, valid, kernel.query_chunk, kernel.key_chunk)
+
+
 class VisionAttention(nnx.Module):
-    def __init__(self, cfg: VisionConfig, *, dtype, param_dtype, rngs: nnx.Rngs):
+    def __init__(self, cfg: VisionConfig, *, dtype, param_dtype, rngs: nnx.Rngs, attention: AttentionKernel):
         dims = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs, use_bias=True)
         e, h, d = cfg.hidden_size, cfg.num_heads, cfg.head_dim
+        self.attention_kernel = attention   # static: part of the graphdef
         # One fused projection; its outputs are (q | k | v) x heads x head_dim, as in the checkpoint.
         self.qkv = Projection((e,), (3, h, d), in_axes=("embed",), out_axes=(None, "heads", "head_dim"), **dims)
         self.proj = Projection((h, d), (e,), in_axes=("heads", "head_dim"), out_axes=("embed",), **dims)
@@ -183,7 +217,7 @@ class VisionAttention(nnx.Module):
                  valid: jax.Array) -> jax.Array:
         qkv = self.qkv(x)
         q, k, v = _rotate(qkv[:, 0], cos, sin), _rotate(qkv[:, 1], cos, sin), qkv[:, 2]
-        return self.proj(segment_attention(q, k, v, segments, valid))
+        return self.proj(attend_within_segments(q, k, v, segments, valid, self.attention_kernel))
 
 
 class VisionMLP(nnx.Module):
@@ -203,10 +237,10 @@ class VisionMLP(nnx.Module):
 class VisionBlock(nnx.Module):
     """Pre-norm transformer block: x + attn(norm1(x)), then x + mlp(norm2(x))."""
 
-    def __init__(self, cfg: VisionConfig, *, dtype, param_dtype, rngs: nnx.Rngs):
+    def __init__(self, cfg: VisionConfig, *, dtype, param_dtype, rngs: nnx.Rngs, attention: AttentionKernel):
         norms = dict(dtype=dtype, param_dtype=param_dtype, axis_name="embed")
         self.norm1 = LayerNorm(cfg.hidden_size, cfg.layer_norm_eps, **norms)
-        self.attn = VisionAttention(cfg, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        self.attn = VisionAttention(cfg, dtype=dtype, param_dtype=param_dtype, rngs=rngs, attention=attention)
         self.norm2 = LayerNorm(cfg.hidden_size, cfg.layer_norm_eps, **norms)
         self.mlp = VisionMLP(cfg, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
 
@@ -236,11 +270,12 @@ class PatchMerger(nnx.Module):
 
 class VisionTower(nnx.Module):
     """`tower(pixel_values [N, patch_dim], grids)` -> image embeddings [N / merge², out] and DeepStack
-    features [levels, N / merge², out]."""
+    features [levels, N / merge², out]. `attention`: how its blocks attend (default: this platform's `auto`)."""
 
     def __init__(self, cfg: VisionConfig, *, dtype=jnp.float32, param_dtype=jnp.float32,
-                 rngs: nnx.Rngs | None = None):
+                 rngs: nnx.Rngs | None = None, attention: AttentionKernel | None = None):
         rngs = rngs if rngs is not None else nnx.Rngs(0)
+        attention = attention if attention is not None else resolve_attention()
         dims = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         self.config = cfg
         self.dtype = dtype
@@ -249,7 +284,7 @@ class VisionTower(nnx.Module):
                                       use_bias=True, **dims)
         self.pos_embed = nnx.Param(_init(rngs, (cfg.num_position_embeddings, cfg.hidden_size), param_dtype, 1),
                                    logical_axes=(None, "embed"))
-        self.blocks = nnx.List([VisionBlock(cfg, **dims) for _ in range(cfg.depth)])
+        self.blocks = nnx.List([VisionBlock(cfg, attention=attention, **dims) for _ in range(cfg.depth)])
         self.merger = PatchMerger(cfg, postshuffle=False, **dims)
         self.deepstack_mergers = nnx.List([PatchMerger(cfg, postshuffle=True, **dims)
                                            for _ in cfg.deepstack_visual_indexes])

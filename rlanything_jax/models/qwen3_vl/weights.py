@@ -16,6 +16,7 @@ from jax.sharding import Mesh
 
 from rlanything_jax import sharding as sharding_lib
 from rlanything_jax.models import hf_io
+from rlanything_jax.models.attention_kernels import AttentionKernel
 from rlanything_jax.models.qwen3_vl.config import Qwen3VLConfig
 from rlanything_jax.models.qwen3_vl.model import Qwen3VL
 
@@ -77,10 +78,11 @@ def _ours_to_hf(cfg: Qwen3VLConfig):
 
 
 def load(hf: dict[str, Any], hf_dir: str | Path, param_dtype: Any, compute_dtype: Any, mesh: Mesh | None,
-         rules: sharding_lib.Rules) -> Qwen3VL:
+         rules: sharding_lib.Rules, attention: AttentionKernel | None = None) -> Qwen3VL:
     """The `Qwen3VL` of a checkpoint directory whose config.json `hf` has model_type qwen3_vl."""
     cfg = Qwen3VLConfig.from_hf(hf)
-    return hf_io.load_into(lambda: Qwen3VL(cfg, dtype=compute_dtype, param_dtype=param_dtype), hf_dir,
+    build = lambda: Qwen3VL(cfg, dtype=compute_dtype, param_dtype=param_dtype, attention=attention)  # noqa: E731
+    return hf_io.load_into(build, hf_dir,
                            param_dtype, mesh, rules, key_for=hf_key_for, to_ours=hf_to_ours, name="Qwen3-VL")
 
 

@@ -43,7 +43,7 @@ def _knobs_tag(knobs: GameKnobs) -> str:
 
 def _write_game(path: str, problem: str, goal_sentence: str, walkthrough: list[str]) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = path + ".tmp"
+    tmp = f"{path}.{os.getpid()}.tmp"   # processes of one run may write the same game at once
     with open(tmp, "w") as f:
         f.write(gen.game_json(problem, goal_sentence, walkthrough))
     os.replace(tmp, path)  # a concurrent reader never sees half a file

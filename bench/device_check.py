@@ -1,0 +1,640 @@
+"""Accelerator check: the policy train step and the sampler of a Qwen2.5-shaped model on one GPU or TPU chip.
+
+    bash bench/device_check.sh [--shape=0.5b|1.5b] [--smoke] [--peak_tflops=T] [--hbm_gbps=B]
+                               [--remat=auto|none|dots|full] [--attention=auto|xla|chunked|cudnn|splash]
+                               [--kernels=all|none|xla,chunked,...]
+
+On the first local device it builds a `models.Decoder` with random weights in bfloat16, shaped like
+Qwen2.5-0.5B-Instruct (`--shape=0.5b`, the default) or Qwen2.5-1.5B (`--shape=1.5b`): qkv biases, tied
+embeddings, rope theta 1e6. It then times:
+1. The policy train step (`rl/train_step.jit_train_step`: PPO-clip + k3 KL against given reference
+   log-probabilities, AdamW after global-norm clipping, one update, no micro-batching) on a batch of
+   8 x 1024 tokens whose last 512 positions are the loss window: the median of 5 steps after 2 warm-up
+   steps. It prints the model FLOPs, the achieved FLOP/s, the MFU against the chip's dense bf16 peak
+   (`TPU_CHIPS`, `GPU_CHIPS`) and the compiled step's `memory_analysis()`. `--remat=auto` takes the first
+   of none, dots, full whose compiled step fits the device's memory.
+   Model FLOPs count what the step needs, not what XLA runs. The weights cost 6 x (matmul parameters) per
+   token (2 forward, 4 backward): the decoder layers over all 1024 positions, except that the last layer's
+   queries, output projection and MLP and the output layer (the tied embedding) run over the 512-position
+   window only, as `token_logprobs` does. The attention score and value matmuls add 3 x 4 x head_dim per
+   head and causally attended (query, key) pair. Norms, rotary, softmax, the loss, the optimizer and
+   remat's recomputation are left out. The plain 6 x parameters x tokens and XLA's own count are printed
+   next to it.
+2. Greedy decode with the `Sampler` at batch 1 and batch 32 (prompt 128, 256 new tokens, no stop token):
+   prefill and decode timed apart, the median of 3 after a compiling call; tokens/s counts the decode. The
+   HBM-bandwidth roofline: a decode step reads every parameter and each row's live KV cache once, so
+   tokens/s <= batch x bandwidth / (parameter bytes + KV bytes), with the mean live length over the decode
+   (the prompt plus half the new tokens). Our decode reads power-of-two windows of the cache, up to 2x the
+   live columns; the printout shows how many. (Decode runs before the train step, which donates the
+   parameters the model holds.)
+3. Where `models.attention_kernels` is there: a prefill of the train batch (8 x 1024 tokens) and the train
+   step once per attention implementation this platform runs (`xla`, `chunked`, `cudnn`, `splash`), the
+   others skipped with the reason; calls that an implementation hands to `chunked` are listed.
+It ends with one JSON line: {"bench": "device_check", "device_kind": ..., "train_step_s": ..., "mfu": ...}.
+
+It is meant to finish in under 5 minutes on one chip, compilation included: part 3 starts no further
+implementation once `--budget_s` (default 180) seconds have passed, and `--kernels=none` leaves it out.
+On a CPU it runs tiny shapes (`--smoke`: 2 layers of hidden 64, vocab 1024, a train batch of 2 x 64
+tokens, 16 new tokens; well under a minute), with or without the flag: the full shapes would take an hour
+there. There parameters and compute are float32: XLA's CPU runtime has no bfloat16 matmul with a float32
+result, which the output layer's backward uses. A CPU is not in the tables: its MFU and roofline fractions
+are null unless `--peak_tflops` and `--hbm_gbps` are given, as for any chip the tables do not list.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import inspect
+import json
+import logging
+import math
+import os
+import re
+import statistics
+import time
+from typing import Any, Callable
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from flax import nnx  # noqa: E402
+
+from rlanything_jax import sharding  # noqa: E402
+from rlanything_jax.models import Decoder, DecoderConfig, RopeConfig  # noqa: E402
+from rlanything_jax.rl.train_state import init_train_state, make_optimizer, train_state_shardings  # noqa: E402
+from rlanything_jax.rl.train_step import TrainBatch, TrainSpec, batch_shardings, jit_train_step  # noqa: E402
+from rlanything_jax.sampling.sampler import Sampler, SamplerConfig, window_buckets  # noqa: E402
+from rlanything_jax.sampling.strategies import Greedy  # noqa: E402
+
+try:  # the attention switch (models/attention_kernels.py); part 3 is skipped without it
+    from rlanything_jax.models import attention_kernels
+except ImportError:
+    attention_kernels = None
+
+# Qwen2.5 shapes (their config.json); all tie the embeddings, have q/k/v biases and rope theta 1e6.
+SHAPES = {
+    "0.5b": dict(hidden_size=896, num_layers=24, num_heads=14, num_kv_heads=2, head_dim=64, intermediate_size=4864,
+                 vocab_size=151936),
+    "1.5b": dict(hidden_size=1536, num_layers=28, num_heads=12, num_kv_heads=2, head_dim=128,
+                 intermediate_size=8960, vocab_size=151936),
+}
+SMOKE_SHAPE = dict(hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16, intermediate_size=128,
+                   vocab_size=1024)
+# Workload defaults of a real run and of --smoke; each has its flag.
+WORKLOAD = dict(batch=8, length=1024, window=512, prompt=128, new=256, decode_batch=32, repeats=5)
+SMOKE_WORKLOAD = dict(batch=2, length=64, window=32, prompt=16, new=16, decode_batch=4, repeats=2)
+WARMUP_STEPS = 2       # the first compiles nothing (the step is compiled ahead) but allocates and autotunes
+DECODE_REPEATS = 3
+ADAMW = dict(learning_rate=1e-6, adam_b1=0.9, adam_b2=0.999, adam_eps=1e-8, weight_decay=0.01, max_grad_norm=1.0)
+CLIP_EPS, KL_BETA = 0.2, 0.04
+
+
+@dataclasses.dataclass(frozen=True)
+class Chip:
+    name: str
+    peak_tflops: float   # dense bfloat16 matmul peak, TFLOP/s (datasheets; NVIDIA's halved from "with sparsity")
+    hbm_gbps: float      # HBM bandwidth, GB/s
+
+
+# TPUs by their exact `device_kind` (v5p reports "TPU v5", v5e "TPU v5 lite", v6e "TPU v6 lite"; "TPU v4 lite",
+# the v4i inference chip, is not a v4). One JAX device is one chip on all of these.
+TPU_CHIPS = {
+    "TPU v4": Chip("TPU v4", 275, 1200),
+    "TPU v5 lite": Chip("TPU v5e", 197, 819), "TPU v5e": Chip("TPU v5e", 197, 819),
+    "TPU v5": Chip("TPU v5p", 459, 2765), "TPU v5p": Chip("TPU v5p", 459, 2765),
+    "TPU v6 lite": Chip("TPU v6e (Trillium)", 918, 1640), "TPU v6e": Chip("TPU v6e (Trillium)", 918, 1640),
+}
+# GPUs (`device_kind` is CUDA's name, e.g. "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB"): the first entry
+# whose words are all words of the kind; the more specific first. "NVIDIA GH200 480GB" matches none (its
+# bandwidth depends on the memory variant): pass the flags.
+GPU_CHIPS = (
+    (("H200", "NVL"), Chip("H200 NVL", 835, 4800)),
+    (("H200",), Chip("H200 SXM", 989, 4800)),
+    (("H100", "PCIE"), Chip("H100 PCIe", 756, 2000)),
+    (("H100", "NVL"), Chip("H100 NVL", 835, 3900)),
+    (("H100",), Chip("H100 SXM", 989, 3350)),
+    (("A100", "80GB", "PCIE"), Chip("A100 80GB PCIe", 312, 1935)),
+    (("A100", "80GB"), Chip("A100 80GB SXM", 312, 2039)),
+    (("A100",), Chip("A100 40GB", 312, 1555)),
+    (("L4",), Chip("L4", 121, 300)),
+)
+
+
+def chip_for(device_kind: str) -> Chip | None:
+    """The table's entry for a `jax.Device.device_kind`; None for a CPU or an unknown chip."""
+    if device_kind in TPU_CHIPS:
+        return TPU_CHIPS[device_kind]
+    words = set(re.split(r"[^A-Z0-9]+", device_kind.upper()))
+    return next((chip for keys, chip in GPU_CHIPS if words.issuperset(keys)), None)
+
+
+def decoder_config(shape: dict[str, int]) -> DecoderConfig:
+    return DecoderConfig(model_type="qwen2", rope=RopeConfig(theta=1e6), tie_word_embeddings=True, qkv_bias=True,
+                         rms_norm_eps=1e-6, max_position_embeddings=32768, **shape)
+
+
+# ---------------------------------------------------------------- counting
+
+
+def matmul_parameters(cfg: DecoderConfig) -> dict[str, int]:
+    """Weights that multiply activations, per decoder layer and in the output layer (biases, norms left out)."""
+    e, h, kv, d, f = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.intermediate_size
+    return {"kv": 2 * e * kv * d, "q_o_mlp": 2 * e * h * d + 3 * e * f, "output": cfg.vocab_size * e}
+
+
+def train_step_flops(cfg: DecoderConfig, rows: int, length: int, window: int) -> dict[str, float]:
+    """Model FLOPs of one train step (module docstring, item 1) and the plain 6 x parameters x tokens."""
+    p = matmul_parameters(cfg)
+    layer = p["kv"] + p["q_o_mlp"]
+    # The last layer's keys and values cover every position, its queries, output projection and MLP the window.
+    weights = 6 * rows * ((cfg.num_layers - 1) * layer * length + p["kv"] * length
+                          + (p["q_o_mlp"] + p["output"]) * window)
+    full_pairs = length * (length + 1) // 2
+    last_pairs = window * length - window * (window - 1) // 2   # queries at length - window .. length - 1
+    pairs = (cfg.num_layers - 1) * full_pairs + last_pairs
+    attention = 3 * 4 * cfg.head_dim * cfg.num_heads * rows * pairs
+    all_params = cfg.num_layers * layer + p["output"]
+    return {"model": weights + attention, "weights": weights, "attention": attention,
+            "six_n_d": 6 * all_params * rows * length}
+
+
+def kv_bytes_per_column(cfg: DecoderConfig, itemsize: int) -> int:
+    """Bytes of keys and values, all layers, for one cache column of one row."""
+    return 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * itemsize
+
+
+def memory_of(compiled: Any) -> dict[str, int] | None:
+    """XLA's buffer sizes for a compiled program; `peak_estimate` = arguments + outputs - aliased + temporaries."""
+    try:
+        stats = compiled.memory_analysis()
+    except Exception:   # some backends do not implement it
+        return None
+    if stats is None:
+        return None
+    names = ("argument", "output", "alias", "temp", "generated_code")
+    out = {name: int(getattr(stats, f"{name}_size_in_bytes", 0) or 0) for name in names}
+    out["peak_estimate"] = out["argument"] + out["output"] - out["alias"] + out["temp"]
+    return out
+
+
+def xla_flops(compiled: Any) -> float | None:
+    """XLA's own FLOP count of a compiled program (a while loop's body counted once), when the backend gives it."""
+    try:
+        cost = compiled.cost_analysis()
+    except Exception:
+        return None
+    if isinstance(cost, (list, tuple)):
+        cost = cost[0] if cost else None
+    flops = (cost or {}).get("flops")
+    return float(flops) if flops and flops > 0 else None
+
+
+def device_memory_limit(device: jax.Device) -> int | None:
+    try:
+        stats = device.memory_stats()
+    except Exception:
+        return None
+    return int(stats["bytes_limit"]) if stats and stats.get("bytes_limit") else None
+
+
+# ---------------------------------------------------------------- timing
+
+
+def _ready(tree) -> None:
+    jax.block_until_ready(jax.tree.leaves(tree))
+
+
+def _median(times: list[float]) -> float:
+    return statistics.median(times)
+
+
+def _si(value: float, unit: str) -> str:
+    """1.23e12 -> '1.23 T<unit>' (the prefix that suits: smoke shapes are a million times smaller)."""
+    for prefix, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g} {prefix}{unit}"
+    return f"{value:.3g} {unit}"
+
+
+def random_batch(cfg: DecoderConfig, rows: int, length: int, window: int, seed: int = 0) -> TrainBatch:
+    """A host batch of random tokens, its loss window the last `window` positions (the response), all of whose
+    targets but the last count; old and reference log-probabilities near a random model's -log(vocab)."""
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(3, cfg.vocab_size, (rows, length), dtype=np.int32)
+    targets = np.roll(ids, -1, axis=1)[:, -window:]
+    loss_mask = np.ones((rows, window), np.float32)
+    loss_mask[:, -1] = 0   # the last position's target is past the row
+    old_logp = (-math.log(cfg.vocab_size) + 0.1 * rng.standard_normal((rows, window))).astype(np.float32)
+    return TrainBatch(input_ids=ids, attention_mask=np.ones_like(ids), targets=targets, loss_mask=loss_mask,
+                      old_logp=old_logp, advantages=rng.standard_normal(rows).astype(np.float32),
+                      ref_logp=old_logp.copy())
+
+
+def compile_step(spec: TrainSpec, state, batch, mesh) -> tuple[Any, float]:
+    start = time.perf_counter()
+    compiled = jit_train_step(spec, state, batch, mesh).lower(state, batch).compile()
+    return compiled, time.perf_counter() - start
+
+
+def run_steps(compiled, state, batch, warmup: int, repeats: int) -> tuple[Any, dict, list[float]]:
+    """`repeats` timed steps after `warmup` untimed ones; the state is donated and carried on."""
+    times, metrics = [], None
+    for i in range(warmup + repeats):
+        start = time.perf_counter()
+        state, metrics = compiled(state, batch)
+        _ready((state, metrics))
+        if i >= warmup:
+            times.append(time.perf_counter() - start)
+    return state, metrics, times
+
+
+def time_decode(model: Decoder, mesh, rows: int, prompt: int, new: int, repeats: int) -> dict[str, Any]:
+    """Greedy prefill + decode of `rows` random prompts, `new` tokens each (no stop token), timed apart."""
+    sampler = Sampler(model, mesh=mesh, config=SamplerConfig(max_cache_length=max(4096, 2 * (prompt + new))))
+    rng = np.random.default_rng(1)
+    prompts = rng.integers(3, model.config.vocab_size, (rows, prompt)).tolist()
+    prefill, decode = [], []
+    for i in range(1 + repeats):   # the first call compiles
+        start = time.perf_counter()
+        conversation = sampler.start(prompts, new)
+        _ready(conversation.state)
+        middle = time.perf_counter()
+        completions = sampler.decode(conversation, new, Greedy(), stop_token_ids=[])
+        end = time.perf_counter()
+        if any(len(c.token_ids) != new for c in completions):
+            raise RuntimeError(f"decode gave {[len(c.token_ids) for c in completions]} tokens, not {new} each")
+        if i:
+            prefill.append(middle - start)
+            decode.append(end - middle)
+    cache = conversation.cache_length
+    # The decode step for column c attends over the smallest window bucket holding c + 1 columns.
+    windows = window_buckets(cache, sampler.config.min_window)
+    read_columns = statistics.mean(next(w for w in windows if w >= c + 1) for c in range(prompt, prompt + new))
+    return {"prefill_s": _median(prefill), "decode_s": _median(decode), "tokens_per_s": rows * new / _median(decode),
+            "cache_length": cache, "mean_window_columns": read_columns, "compilations": dict(sampler.compilations)}
+
+
+def roofline(param_bytes: int, cfg: DecoderConfig, cache_itemsize: int, rows: int, prompt: int, new: int,
+             hbm_gbps: float | None) -> dict[str, Any]:
+    """Bytes a decode step must read (every parameter, each row's live KV cache) and the tokens/s bound."""
+    live = prompt + (new + 1) / 2   # step i attends over prompt + i + 1 columns; the mean over i < new
+    kv = rows * live * kv_bytes_per_column(cfg, cache_itemsize)
+    bound = None if hbm_gbps is None else rows * hbm_gbps * 1e9 / (param_bytes + kv)
+    return {"bytes_per_step": param_bytes + kv, "kv_bytes_per_step": kv, "tokens_per_s": bound}
+
+
+# ---------------------------------------------------------------- attention implementations
+
+
+class _FallbackLog(logging.Handler):
+    """Collects `attention_kernels.log_fallback`'s messages (a kernel running `chunked` for some call)."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+
+def available_kernels() -> tuple[list[Any], dict[str, str]] | None:
+    """The attention implementations this platform runs, and why the others are skipped; None without the switch."""
+    names = getattr(attention_kernels, "IMPLEMENTATIONS", None)
+    resolve = getattr(attention_kernels, "resolve_attention", None)
+    if names is None or resolve is None or "attention" not in inspect.signature(Decoder.__init__).parameters:
+        return None
+    kernels, skipped = [], {}
+    for name in names:
+        if name == "auto":
+            continue
+        try:
+            kernels.append(resolve(name))
+        except Exception as error:   # ConfigError: cudnn or splash on a platform that has neither
+            skipped[name] = str(error)
+    return kernels, skipped
+
+
+def _run_optional(label: str, fn: Callable[[], Any]) -> tuple[Any, str | None]:
+    """fn() or, when it raises, None and the reason (a kernel that does not compile or run here is skipped)."""
+    try:
+        return fn(), None
+    except Exception as error:
+        reason = f"{type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else ''}"
+        print(f"    {label}: skipped ({reason})")
+        return None, reason
+
+
+# ---------------------------------------------------------------- the three parts
+
+
+@dataclasses.dataclass
+class Context:
+    """What every part uses: the model's shape and dtypes, the device and its figures, the workload."""
+
+    cfg: DecoderConfig
+    mesh: Any
+    compute_dtype: Any
+    param_dtype: Any
+    peak_tflops: float | None
+    hbm_gbps: float | None
+    memory_limit: int | None
+    work: dict[str, int]
+    started: float
+
+    def fits(self, memory: dict[str, int] | None) -> bool:
+        """Whether a compiled program's estimated peak fits the device (unknown sizes or limit: assumed so)."""
+        return memory is None or self.memory_limit is None or memory["peak_estimate"] <= 0.95 * self.memory_limit
+
+
+def decode_part(ctx: Context, model: Decoder, param_bytes: int) -> dict[str, dict[str, Any]]:
+    """Part 2: batch-1 and batched greedy decode against the HBM roofline."""
+    prompt, new = ctx.work["prompt"], ctx.work["new"]
+    print(f"\ndecode: greedy, prompt {prompt} + {new} new tokens, no stop token; median of {DECODE_REPEATS} "
+          "after a compiling call")
+    decodes = {}
+    for label, rows in (("b1", 1), ("batched", ctx.work["decode_batch"])):
+        result = time_decode(model, ctx.mesh, rows, prompt, new, DECODE_REPEATS)
+        # The sampler's cache is in the compute dtype.
+        bound = roofline(param_bytes, ctx.cfg, ctx.compute_dtype.itemsize, rows, prompt, new, ctx.hbm_gbps)
+        result["roofline"] = bound
+        result["roofline_fraction"] = result["tokens_per_s"] / bound["tokens_per_s"] if bound["tokens_per_s"] else None
+        decodes[label] = result
+        step_s = result["decode_s"] / new
+        line = (f"  batch {rows:>3}: {result['tokens_per_s']:10.1f} tokens/s ({step_s * 1e3:.2f} ms a step; prefill "
+                f"{result['prefill_s'] * 1e3:.1f} ms); a step must read {_si(bound['bytes_per_step'], 'B')} "
+                f"(parameters + {_si(bound['kv_bytes_per_step'], 'B')} live KV): "
+                f"{_si(bound['bytes_per_step'] / step_s, 'B/s')}")
+        if bound["tokens_per_s"]:
+            line += (f"\n             roofline {bound['tokens_per_s']:.1f} tokens/s at {ctx.hbm_gbps:g} GB/s: "
+                     f"{result['roofline_fraction']:.1%} of it")
+        line += (f"\n             (our decode reads cache windows of {result['mean_window_columns']:.0f} columns on "
+                 f"average against {prompt + (new + 1) / 2:.0f} live; cache {result['cache_length']})")
+        print(line)
+    return decodes
+
+
+@dataclasses.dataclass
+class TrainResult:
+    state: Any            # the train state after the timed steps (part 3 carries it on)
+    spec: TrainSpec
+    batch: TrainBatch     # on the device
+    host_batch: TrainBatch
+    remat: str
+    compile_s: float
+    step_s: float
+    loss: float
+    flops: dict[str, float]
+    xla_flops: float | None
+    memory: dict[str, int] | None
+    mfu: float | None
+
+
+def train_part(ctx: Context, graphdef: nnx.GraphDef, params: nnx.State, remat_choice: str) -> TrainResult:
+    """Part 1: the policy train step, its model FLOPs, MFU and compiled memory."""
+    rows, length, window, repeats = (ctx.work[key] for key in ("batch", "length", "window", "repeats"))
+    rules = sharding.DEFAULT_LOGICAL_AXIS_RULES
+    tx = make_optimizer(ADAMW)
+    state = init_train_state(params, tx)
+    state = jax.device_put(state, train_state_shardings(state, tx, ctx.mesh, rules))
+    host_batch = random_batch(ctx.cfg, rows, length, window)
+    batch = jax.device_put(host_batch, batch_shardings(host_batch, ctx.mesh, rules))
+    print(f"\ntrain step: batch {rows} x {length} tokens, loss window {window}, PPO-clip {CLIP_EPS} + k3 KL "
+          f"{KL_BETA}, AdamW + clip 1.0, one update; median of {repeats} after {WARMUP_STEPS} warm-up steps")
+    candidates = ["none", "dots", "full"] if remat_choice == "auto" else [remat_choice]
+    for remat in candidates:
+        spec = TrainSpec(graphdef, tx, clip_eps=CLIP_EPS, kl_beta=KL_BETA, aggregation="sequence_mean",
+                         num_micro_batches=1, remat=remat)
+        last = remat == candidates[-1]
+        try:
+            compiled, compile_s = compile_step(spec, state, batch, ctx.mesh)
+        except Exception as error:   # a TPU refuses at compile time a program that does not fit
+            if last:
+                raise
+            print(f"  remat {remat}: does not compile ({str(error).splitlines()[0][:200]}); trying the next policy")
+            continue
+        memory = memory_of(compiled)
+        if last or ctx.fits(memory):
+            break
+        print(f"  remat {remat}: needs ~{_si(memory['peak_estimate'], 'B')} of {_si(ctx.memory_limit, 'B')}; "
+              "trying the next policy")
+    state, metrics, times = run_steps(compiled, state, batch, WARMUP_STEPS, repeats)
+    step_s = _median(times)
+    flops = train_step_flops(ctx.cfg, rows, length, window)
+    achieved = flops["model"] / step_s
+    mfu = achieved / (ctx.peak_tflops * 1e12) if ctx.peak_tflops else None
+    hardware = xla_flops(compiled)
+    loss = float(metrics["loss"])
+    print(f"  remat {remat}, compiled in {compile_s:.1f} s; step {step_s * 1e3:.1f} ms "
+          f"[{min(times) * 1e3:.1f}-{max(times) * 1e3:.1f}], loss {loss:.4f}")
+    print(f"  model FLOPs {_si(flops['model'], 'FLOP')} (weights {_si(flops['weights'], 'FLOP')} + attention "
+          f"{_si(flops['attention'], 'FLOP')}; plain 6 x params x tokens: {_si(flops['six_n_d'], 'FLOP')})"
+          + (f"; XLA counts {_si(hardware, 'FLOP')} (elementwise work in, a loop body once)" if hardware else ""))
+    utilization = (f"{mfu:.1%} of {ctx.peak_tflops:g} TFLOP/s" if mfu is not None
+                   else "n/a (peak unknown: pass --peak_tflops)")
+    print(f"  achieved {_si(achieved, 'FLOP/s')}: MFU {utilization}")
+    if memory:
+        print("  memory_analysis: " + ", ".join(f"{name} {_si(value, 'B')}" for name, value in memory.items())
+              + (f" (device limit {_si(ctx.memory_limit, 'B')})" if ctx.memory_limit else ""))
+    return TrainResult(state=state, spec=spec, batch=batch, host_batch=host_batch, remat=remat, compile_s=compile_s,
+                       step_s=step_s, loss=loss, flops=flops, xla_flops=hardware, memory=memory, mfu=mfu)
+
+
+def attention_part(ctx: Context, train: TrainResult, default_kernel: Any, wanted: set[str] | None,
+                   budget_s: float, fallbacks: _FallbackLog) -> dict[str, dict[str, Any]]:
+    """Part 3: a prefill of the train batch and the train step under each attention implementation this
+    platform runs. The train state goes on from part 1's (donated step after step)."""
+    found = available_kernels()
+    if found is None:
+        print("\nattention implementations: skipped (no models.attention_kernels switch in this checkout)")
+        return {}
+    kernels, skipped = found
+    rows, length = ctx.work["batch"], ctx.work["length"]
+    repeats = min(3, ctx.work["repeats"])
+    print(f"\nattention implementations: train step as above ({repeats} timed steps after one), "
+          f"prefill of {rows} x {length} tokens (median of 3 after one)")
+    out: dict[str, dict[str, Any]] = {}
+    for name, reason in skipped.items():
+        if wanted is None or name in wanted:
+            out[name] = {"skipped": reason}
+            print(f"  {name:>8}: skipped ({reason})")
+    prompts = np.asarray(train.host_batch.input_ids).tolist()
+    for kernel in kernels:
+        if wanted is not None and kernel.name not in wanted:
+            continue
+        if time.perf_counter() - ctx.started > budget_s:
+            out[kernel.name] = {"skipped": f"past --budget_s {budget_s:g}"}
+            print(f"  {kernel.name:>8}: skipped (past --budget_s {budget_s:g} s)")
+            continue
+        seen = len(fallbacks.messages)
+        # The kernel is a static attribute of the model: only the graphdef changes, the parameters stay.
+        abstract = nnx.eval_shape(lambda kernel=kernel: Decoder(ctx.cfg, dtype=ctx.compute_dtype,
+                                                                param_dtype=ctx.param_dtype, attention=kernel))
+        graphdef = nnx.split(abstract)[0]
+        entry: dict[str, Any] = {}
+
+        def prefill(graphdef=graphdef):   # before the train steps below donate train.state.params
+            sampler = Sampler(nnx.merge(graphdef, train.state.params), mesh=ctx.mesh,
+                              config=SamplerConfig(max_cache_length=max(4096, 2 * length)))
+            times = []
+            for i in range(4):
+                start = time.perf_counter()
+                _ready(sampler.start(prompts, 1).state)
+                if i:
+                    times.append(time.perf_counter() - start)
+            return _median(times)
+
+        def train_steps(graphdef=graphdef):
+            compiled, _ = compile_step(dataclasses.replace(train.spec, graphdef=graphdef), train.state, train.batch,
+                                       ctx.mesh)
+            memory = memory_of(compiled)
+            if not ctx.fits(memory):
+                raise MemoryError(f"needs ~{_si(memory['peak_estimate'], 'B')} of {_si(ctx.memory_limit, 'B')}")
+            train.state, _, times = run_steps(compiled, train.state, train.batch, 1, repeats)
+            return _median(times)
+
+        entry["prefill_s"], error = _run_optional(f"{kernel.name} prefill", prefill)
+        if error:
+            entry["prefill_error"] = error
+        if kernel == default_kernel:   # the program part 1 timed
+            entry["train_step_s"] = train.step_s
+        else:
+            entry["train_step_s"], error = _run_optional(f"{kernel.name} train step", train_steps)
+            if error:
+                entry["train_error"] = error
+                if any(leaf.is_deleted() for leaf in jax.tree.leaves(train.state)):
+                    out[kernel.name] = entry
+                    print("  the failed step had taken the donated train state: no further implementation runs")
+                    break
+        notes = sorted(set(fallbacks.messages[seen:]))
+        if notes:
+            entry["fallbacks"] = notes
+        out[kernel.name] = entry
+        shown = {key: f"{entry[key] * 1e3:.1f} ms" if entry.get(key) is not None else "-"
+                 for key in ("train_step_s", "prefill_s")}
+        print(f"  {kernel.name:>8}: train step {shown['train_step_s']}, prefill {shown['prefill_s']}"
+              + ("  (the default, timed above)" if kernel == default_kernel else "")
+              + "".join(f"\n            note: {note}" for note in notes))
+    return out
+
+
+# ---------------------------------------------------------------- main
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="0.5b")
+    parser.add_argument("--smoke", action="store_true", help="tiny shapes (2 layers, vocab 1024): a CPU test")
+    parser.add_argument("--peak_tflops", type=float, help="the chip's dense bf16 peak, for a chip not in the table")
+    parser.add_argument("--hbm_gbps", type=float, help="the chip's HBM bandwidth (GB/s), overriding the table")
+    parser.add_argument("--param_dtype", choices=("bfloat16", "float32"), default="bfloat16",
+                        help="parameters (and AdamW moments); compute is bfloat16 (on a CPU both are float32)")
+    parser.add_argument("--remat", choices=("auto", "none", "dots", "full"), default="auto",
+                        help="auto: the first of none, dots, full whose compiled step fits the device's memory")
+    parser.add_argument("--batch", type=int, help=f"train rows (default {WORKLOAD['batch']})")
+    parser.add_argument("--length", type=int, help=f"train tokens per row (default {WORKLOAD['length']})")
+    parser.add_argument("--window", type=int, help=f"loss window: the last positions (default {WORKLOAD['window']})")
+    parser.add_argument("--prompt", type=int, help=f"decode prompt tokens (default {WORKLOAD['prompt']})")
+    parser.add_argument("--new", type=int, help=f"decode new tokens (default {WORKLOAD['new']})")
+    parser.add_argument("--decode_batch", type=int,
+                        help=f"the batched decode's rows (default {WORKLOAD['decode_batch']})")
+    parser.add_argument("--repeats", type=int, help=f"timed train steps (default {WORKLOAD['repeats']})")
+    parser.add_argument("--attention", default="auto",
+                        help="the attention implementation of parts 1 and 2 (auto: the platform's default)")
+    parser.add_argument("--kernels", default="all",
+                        help="attention implementations to compare: all, none, or a comma list (xla,chunked,...)")
+    parser.add_argument("--budget_s", type=float, default=180.0,
+                        help="no further attention implementation starts after this many seconds")
+    args = parser.parse_args()
+    started = time.perf_counter()
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    fallbacks = _FallbackLog()
+    logging.getLogger("rlanything_jax.models.attention_kernels").addHandler(fallbacks)
+
+    device = jax.local_devices()[0]
+    kind, platform = device.device_kind, device.platform
+    smoke = args.smoke
+    if platform == "cpu" and not smoke:
+        print("device_check is meant for a GPU or TPU; on this CPU it runs the --smoke shapes instead")
+        smoke = True
+    defaults = SMOKE_WORKLOAD if smoke else WORKLOAD
+    work = {key: getattr(args, key) if getattr(args, key) is not None else value for key, value in defaults.items()}
+    if not 0 < work["window"] < work["length"]:
+        parser.error(f"--window must be in [1, length - 1], got {work['window']} of {work['length']}")
+    cfg = decoder_config(SMOKE_SHAPE if smoke else SHAPES[args.shape])
+    shape_name = f"{args.shape}-smoke" if smoke else args.shape
+
+    chip = chip_for(kind)
+    compute_dtype, param_dtype = jnp.dtype(jnp.bfloat16), jnp.dtype(args.param_dtype)
+    if platform == "cpu":   # XLA's CPU runtime has no bf16 x bf16 -> f32 matmul (the output layer's backward)
+        compute_dtype = param_dtype = jnp.dtype(jnp.float32)
+        print("on a CPU, parameters and compute are float32")
+    ctx = Context(cfg=cfg, mesh=sharding.build_mesh({}, devices=[device]), compute_dtype=compute_dtype,
+                  param_dtype=param_dtype, peak_tflops=args.peak_tflops or (chip.peak_tflops if chip else None),
+                  hbm_gbps=args.hbm_gbps or (chip.hbm_gbps if chip else None),
+                  memory_limit=device_memory_limit(device), work=work, started=started)
+    print(f"device: {kind} ({platform}; table: {chip.name if chip else 'not listed'}), jax {jax.__version__}; "
+          f"peak {f'{ctx.peak_tflops:g} TFLOP/s bf16' if ctx.peak_tflops else 'unknown (pass --peak_tflops)'}, "
+          f"HBM {f'{ctx.hbm_gbps:g} GB/s' if ctx.hbm_gbps else 'unknown (pass --hbm_gbps)'}"
+          + (f", {_si(ctx.memory_limit, 'B')} usable" if ctx.memory_limit else ""))
+
+    chosen = {}
+    if args.attention != "auto":   # e.g. chunked, should the platform's default kernel fail here
+        if attention_kernels is None:
+            parser.error("--attention needs models.attention_kernels, which this checkout lacks")
+        try:
+            chosen["attention"] = attention_kernels.resolve_attention(args.attention, key="--attention")
+        except ValueError as error:   # ConfigError: an unknown name, or a kernel this platform lacks
+            parser.error(str(error))
+    with jax.default_device(device):
+        model = Decoder(cfg, dtype=compute_dtype, param_dtype=param_dtype, rngs=nnx.Rngs(0), **chosen)
+    graphdef, params = nnx.split(model)
+    n_params = sum(x.size for x in jax.tree.leaves(params))
+    param_bytes = sum(x.nbytes for x in jax.tree.leaves(params))
+    default_kernel = getattr(model, "attention_kernel", None)   # absent before the attention switch
+    attention_name = default_kernel.name if default_kernel else None
+    print(f"model: Qwen2.5-{shape_name} shape, {cfg.num_layers} layers, hidden {cfg.hidden_size}, heads "
+          f"{cfg.num_heads}/{cfg.num_kv_heads} x {cfg.head_dim}, MLP {cfg.intermediate_size}, vocab "
+          f"{cfg.vocab_size}; {_si(n_params, '')} parameters ({_si(param_bytes, 'B')} in {param_dtype.name}), "
+          f"compute {compute_dtype.name}, random weights; attention {attention_name}")
+
+    # Decode first: the train step donates the parameters that the model (and so its samplers) hold.
+    decodes = decode_part(ctx, model, param_bytes)
+    train = train_part(ctx, graphdef, params, args.remat)
+    if args.kernels == "none":
+        kernels = {}
+        print("\nattention implementations: not compared (--kernels=none)")
+    elif attention_kernels is None:
+        kernels = {}
+        print("\nattention implementations: skipped (no models.attention_kernels in this checkout)")
+    else:
+        wanted = None if args.kernels == "all" else set(args.kernels.split(","))
+        kernels = attention_part(ctx, train, default_kernel, wanted, args.budget_s, fallbacks)
+
+    total_s = time.perf_counter() - started
+    print(f"\ntotal {total_s:.0f} s")
+    b1, batched = decodes["b1"], decodes["batched"]
+    print(json.dumps({
+        "bench": "device_check", "device_kind": kind, "platform": platform, "chip": chip.name if chip else None,
+        "shape": shape_name, "smoke": smoke, "params": int(n_params), "param_dtype": param_dtype.name,
+        "compute_dtype": compute_dtype.name, "peak_tflops": ctx.peak_tflops, "hbm_gbps": ctx.hbm_gbps,
+        "attention": attention_name,
+        "train_batch": [work["batch"], work["length"]], "train_window": work["window"], "remat": train.remat,
+        "train_compile_s": train.compile_s, "train_step_s": train.step_s, "train_loss": train.loss,
+        "model_flops": train.flops["model"], "flops_6nd": train.flops["six_n_d"], "xla_flops": train.xla_flops,
+        "achieved_tflops": train.flops["model"] / train.step_s / 1e12, "mfu": train.mfu,
+        "train_memory_bytes": train.memory,
+        "decode_prompt": work["prompt"], "decode_new": work["new"],
+        "decode_b1_tokens_per_s": b1["tokens_per_s"], "decode_b1_step_ms": b1["decode_s"] / work["new"] * 1e3,
+        "prefill_b1_s": b1["prefill_s"], "b1_roofline_tokens_per_s": b1["roofline"]["tokens_per_s"],
+        "b1_roofline_fraction": b1["roofline_fraction"],
+        "decode_batched_rows": work["decode_batch"], "decode_batched_tokens_per_s": batched["tokens_per_s"],
+        "batched_roofline_fraction": batched["roofline_fraction"],
+        "attention_kernels": kernels, "total_s": total_s,
+    }))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,219 @@
+"""The run's jitted programs lowered and compiled at its shapes, on abstract inputs, for their figures.
+
+Each program is the run's own: the train step as `rl/phase.Learner` compiles it (its spec, shardings
+and donation), and prefill, decode and the vision tower as `sampling/sampler.Sampler._compile` builds
+them, over a sampler that holds abstract parameters. `compiled.memory_analysis()` gives per-device
+buffer bytes and `compiled.cost_analysis()` the FLOPs (a while loop's body counted once: decode's
+figure is one token step per window bucket).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import time
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+from jax.sharding import Mesh
+
+from rlanything_jax import sharding as sharding_lib
+from rlanything_jax.config import RunConfig
+from rlanything_jax.interfaces import ModelInputs
+from rlanything_jax.models.qwen3_vl.patches import PatchLayout
+from rlanything_jax.planning.architectures import Architecture, abstract_model
+from rlanything_jax.planning.workload import SamplerShapes, TrainShapes
+from rlanything_jax.rl.phase import Learner
+from rlanything_jax.rl.train_state import init_train_state
+from rlanything_jax.rl.train_step import TrainBatch
+from rlanything_jax.rl.vision import ImageTraining
+from rlanything_jax.sampling import decode as decode_lib
+from rlanything_jax.sampling.sampler import Sampler, SamplerConfig, bucket_length, window_buckets
+from rlanything_jax.sampling.strategies import make_strategy
+
+FIELDS = ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "generated_code_bytes", "flops")
+
+
+@dataclasses.dataclass(frozen=True)
+class ProgramFigures:
+    """One compiled program's per-device figures (extrapolated to the model's depth when `layers` has two)."""
+
+    name: str
+    argument_bytes: float
+    output_bytes: float
+    alias_bytes: float
+    temp_bytes: float
+    generated_code_bytes: float
+    flops: float
+    compile_s: float
+    layers: tuple[int, ...]       # the depths compiled
+
+    @property
+    def peak_bytes(self) -> float:
+        """Live at once while it runs: its inputs, its outputs that reuse no donated input, its temporaries."""
+        return self.argument_bytes + self.output_bytes - self.alias_bytes + self.temp_bytes + self.generated_code_bytes
+
+
+def _figures(compiled) -> dict[str, float]:
+    memory = compiled.memory_analysis()
+    cost = compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+    return dict(argument_bytes=memory.argument_size_in_bytes, output_bytes=memory.output_size_in_bytes,
+                alias_bytes=memory.alias_size_in_bytes, temp_bytes=memory.temp_size_in_bytes,
+                generated_code_bytes=memory.generated_code_size_in_bytes, flops=float((cost or {}).get("flops", 0.0)))
+
+
+def measure(name: str, lower: Callable[[Architecture], object], arch: Architecture,
+            layers: tuple[int, ...]) -> ProgramFigures:
+    """Compiles `lower(arch at k layers)` for each k in `layers`; with two depths k1 < k2 every figure is
+    extrapolated linearly to the model's depth L: f(L) = f(k2) + (f(k2) - f(k1)) / (k2 - k1) * (L - k2)."""
+    started = time.perf_counter()
+    runs = [_figures(lower(arch.with_layers(k)).compile()) for k in layers]
+    if len(runs) == 1:
+        values = runs[0]
+    else:
+        (k1, k2), depth = layers, arch.text.num_layers
+        values = {key: runs[1][key] + (runs[1][key] - runs[0][key]) / (k2 - k1) * (depth - k2) for key in FIELDS}
+    return ProgramFigures(name=name, compile_s=time.perf_counter() - started, layers=layers, **values)
+
+
+# ---------------------------------------------------------------- train step
+
+def _abstract_batch(arch: Architecture, shapes: TrainShapes, freeze_vision: bool) -> TrainBatch:
+    rows, length, window = shapes.rows * shapes.micro_batches, shapes.length, shapes.window
+    i32, f32 = jnp.int32, jnp.float32
+    sds = jax.ShapeDtypeStruct
+    batch = TrainBatch(input_ids=sds((rows, length), i32), attention_mask=sds((rows, length), i32),
+                       targets=sds((rows, window), i32), loss_mask=sds((rows, window), f32),
+                       old_logp=sds((rows, window), f32), advantages=sds((rows, window), f32))
+    if arch.vl is None or not shapes.image_patches:
+        return batch
+    vision, patches = arch.vl.vision, shapes.image_patches
+    positions = sds((rows, 3, length), i32)
+    if freeze_vision:   # the step reads the tower's cached features (rl/vision.with_cached_image_features)
+        tokens, embed = patches // vision.spatial_merge_size ** 2, arch.text.hidden_size
+        levels = len(vision.deepstack_visual_indexes)
+        return batch.replace(mrope_positions=positions, image_embeddings=sds((rows, tokens, embed), jnp.float32),
+                             image_deepstack=sds((rows, levels, tokens, embed), jnp.float32))
+    layout = PatchLayout(coords=sds((rows, patches, 2), i32), grid_hw=sds((rows, patches, 2), i32),
+                         segments=sds((rows, patches), i32), valid=sds((rows, patches), jnp.bool_))
+    return batch.replace(mrope_positions=positions, pixel_values=sds((rows, patches, vision.patch_dim), f32),
+                         image_layout=layout)
+
+
+def lower_train_step(cfg: RunConfig, role: str, shapes: TrainShapes, mesh: Mesh) -> Callable[[Architecture], object]:
+    model_cfg, train_cfg = getattr(cfg.model, role), getattr(cfg.train, role)
+
+    def lower(arch: Architecture):
+        graphdef, params = abstract_model(arch, model_cfg.dtype, model_cfg.compute_dtype)
+        images = None if arch.vl is None else ImageTraining(arch.vl.image_token_id,
+                                                            arch.vl.vision.spatial_merge_size, cfg.model.freeze_vision)
+        learner = Learner(graphdef=graphdef, train_config=train_cfg, mesh=mesh, eos_id=0, pad_id=0,
+                          rules=cfg.sharding.logical_axis_rules, images=images)
+        state = jax.eval_shape(lambda p: init_train_state(p, learner.tx, train_cfg.kl_reference == "initial"), params)
+        batch = _abstract_batch(arch, shapes, cfg.model.freeze_vision)
+        return learner._step_fn(state, batch, shapes.micro_batches).lower(state, batch)
+
+    return lower
+
+
+# ---------------------------------------------------------------- sampler
+
+def abstract_sampler(arch: Architecture, model_cfg, mesh: Mesh, rules, config: SamplerConfig) -> Sampler:
+    """A `Sampler` over abstract parameters: its `_compile` builds the run's programs, which lower and compile
+    here but are never called (nothing is placed on a device)."""
+    graphdef, params = abstract_model(arch, model_cfg.dtype, model_cfg.compute_dtype)
+    sampler = object.__new__(Sampler)
+    sampler.__dict__.update(
+        model_config=arch.text, tokenizer=None, config=config, mesh=mesh, rules=rules, graphdef=graphdef,
+        _param_shardings=sharding_lib.state_shardings(params, mesh, rules), params=params,
+        cache_dtype=jnp.dtype(model_cfg.compute_dtype), compilations=collections.Counter(),
+        prefilled=collections.Counter(), _programs={}, vl_config=arch.vl)
+    return sampler
+
+
+def _decode_state(sampler: Sampler, rows: int, shapes: SamplerShapes):
+    return jax.eval_shape(lambda: decode_lib.init_decode_state(
+        sampler.model_config, rows, shapes.cache_length, bucket_length(shapes.max_new_tokens, 16),
+        sampler.cache_dtype))
+
+
+def _image_inputs(arch: Architecture, rows: int, shapes: SamplerShapes, dtype) -> ModelInputs:
+    """Every row's image embeddings and DeepStack features, as `Sampler._image_inputs` pads them."""
+    count = bucket_length(rows * shapes.images_per_row * shapes.image_tokens, 16)
+    embed, levels = arch.text.hidden_size, len(arch.vl.vision.deepstack_visual_indexes)
+    sds = jax.ShapeDtypeStruct
+    return ModelInputs(embeddings=sds((count, embed), dtype), placeholder=sds((rows, shapes.prompt_length), jnp.bool_),
+                       position_ids=sds((3, rows, shapes.prompt_length), jnp.int32),
+                       deepstack=sds((levels, count, embed), dtype))
+
+
+def lower_prefill(cfg: RunConfig, role: str, shapes: SamplerShapes, mesh: Mesh) -> Callable[[Architecture], object]:
+    model_cfg = getattr(cfg.model, role)
+
+    def lower(arch: Architecture):
+        sampler = abstract_sampler(arch, model_cfg, mesh, cfg.sharding.logical_axis_rules, SamplerConfig())
+        state = _decode_state(sampler, shapes.prefill_rows, shapes)
+        tokens = jax.ShapeDtypeStruct((shapes.prefill_rows, shapes.prompt_length), jnp.int32)
+        window = next(w for w in window_buckets(shapes.cache_length, shapes.min_window) if w >= shapes.prompt_length)
+        if arch.vl is not None and shapes.images_per_row:
+            inputs = _image_inputs(arch, shapes.prefill_rows, shapes, sampler.cache_dtype)
+            program = sampler._compile("prefill_images", state, window=window, image_tokens=inputs.embeddings.shape[0])
+            return program.lower(sampler.params, state, tokens, tokens, inputs)
+        return sampler._compile("prefill", state, window=window).lower(sampler.params, state, tokens, tokens)
+
+    return lower
+
+
+def lower_decode(cfg: RunConfig, role: str, shapes: SamplerShapes, mesh: Mesh) -> Callable[[Architecture], object]:
+    model_cfg = getattr(cfg.model, role)
+    temperature, top_p, top_k = ((cfg.rollout.temperature, cfg.rollout.top_p, cfg.rollout.top_k) if role == "policy"
+                                 else (cfg.reward.temperature, cfg.reward.top_p, 0))
+
+    def lower(arch: Architecture):
+        sampler = abstract_sampler(arch, model_cfg, mesh, cfg.sharding.logical_axis_rules, SamplerConfig())
+        state = _decode_state(sampler, shapes.decode_rows, shapes)
+        eos = arch.text.eos_token_id
+        stop_ids = tuple(eos) if isinstance(eos, tuple) else ((eos,) if eos is not None else ())
+        spec = decode_lib.DecodeSpec(graphdef=sampler.graphdef, strategy=make_strategy(temperature, top_k, top_p),
+                                     stop_token_ids=stop_ids,
+                                     window_buckets=window_buckets(shapes.cache_length, shapes.min_window))
+        budget = jax.ShapeDtypeStruct((), jnp.int32)
+        return sampler._compile("decode", state, spec=spec).lower(sampler.params, state, budget)
+
+    return lower
+
+
+def lower_vision(cfg: RunConfig, role: str, shapes: SamplerShapes, mesh: Mesh) -> Callable[[Architecture], object]:
+    """The sampler's vision tower over one image's bucketed patches (`Sampler._image_features`)."""
+    model_cfg = getattr(cfg.model, role)
+
+    def lower(arch: Architecture):
+        sampler = abstract_sampler(arch, model_cfg, mesh, cfg.sharding.logical_axis_rules, SamplerConfig())
+        graphdef, size = sampler.graphdef, shapes.patches_per_image
+
+        def program(params, pixel_values, layout):
+            model = nnx.merge(graphdef, params)
+            return model.visual(pixel_values.astype(model.dtype), layout)
+
+        sds = jax.ShapeDtypeStruct
+        layout = PatchLayout(coords=sds((size, 2), jnp.int32), grid_hw=sds((size, 2), jnp.int32),
+                             segments=sds((size,), jnp.int32), valid=sds((size,), jnp.bool_))
+        pixels = sds((size, arch.vl.vision.patch_dim), jnp.float32)
+        return jax.jit(program, in_shardings=(sampler._param_shardings, None, None)).lower(sampler.params, pixels,
+                                                                                             layout)
+
+    return lower
+
+
+def layer_counts(arch: Architecture, layers: int) -> tuple[int, ...]:
+    """The depths to compile: the model's own (layers 0 or at least its depth), else k and 2k layers (k at
+    least the DeepStack levels of a Qwen3-VL, whose first layers differ)."""
+    depth = arch.text.num_layers
+    if layers <= 0 or 2 * layers >= depth:
+        return (depth,)
+    levels = 0 if arch.vl is None else len(arch.vl.vision.deepstack_visual_indexes)
+    k = max(layers, levels + 1)
+    return (k, 2 * k) if 2 * k < depth else (depth,)
