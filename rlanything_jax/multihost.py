@@ -20,10 +20,6 @@ import jax
 import numpy as np
 
 
-def process_count() -> int:
-    return jax.process_count()
-
-
 def is_primary() -> bool:
     """Whether this process writes the run's files (metrics, plots, summary, traces): process 0."""
     return jax.process_index() == 0

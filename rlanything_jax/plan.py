@@ -1,5 +1,5 @@
 """What a config needs per device, before a pod is paid for:
-`python -m rlanything_jax.plan --config=configs/osworld.py:paper --devices=N [--device_memory_gib=G]`.
+`python -m rlanything_jax.plan --config=configs/<file>.py[:variant] --devices=N [--device_memory_gib=G]`.
 
 It builds the policy's and the reward model's parameters as shapes only (`nnx.eval_shape`: no weights are
 read or allocated; the architecture comes from the model directory's config.json, or from the released

@@ -19,11 +19,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
-from jax.experimental import multihost_utils
 from jax.sharding import Mesh, SingleDeviceSharding
 from safetensors import safe_open
 from safetensors.numpy import save_file
 
+from rlanything_jax import multihost
 from rlanything_jax import sharding as sharding_lib
 from rlanything_jax.models.attention_kernels import AttentionKernel
 from rlanything_jax.models.decoder import Decoder
@@ -187,12 +187,6 @@ def _state_path(tree_path) -> tuple:
     return tuple(out)
 
 
-def _to_host(value: jax.Array) -> np.ndarray:
-    if not value.is_fully_addressable:
-        value = multihost_utils.process_allgather(value, tiled=True)
-    return np.asarray(jax.device_get(value))
-
-
 def _plan_shards(model: Decoder, itemsize: int, max_shard_bytes: int,
                  key_for=hf_key_for) -> list[list[tuple[tuple, str, str]]]:
     """Groups parameters (path, HF key, layout) into shards of at most `max_shard_bytes`."""
@@ -239,7 +233,7 @@ def write_checkpoint(model, out_dir: str | Path, config_json, dtype: Any = None,
     weight_map: dict[str, str] = {}
     total_bytes = 0
     for name, shard in zip(names, shards):
-        tensors = {key: to_hf(_to_host(flat_state[path][...]).astype(dtype), layout)
+        tensors = {key: to_hf(multihost.to_host(flat_state[path][...]).astype(dtype), layout)
                    for path, key, layout in shard}
         total_bytes += sum(t.nbytes for t in tensors.values())
         weight_map.update(dict.fromkeys(tensors, name))
