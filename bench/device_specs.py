@@ -56,7 +56,8 @@ def matmul_parameters(cfg: DecoderConfig) -> dict[str, int]:
 
 
 def train_step_flops(cfg: DecoderConfig, rows: int, length: int, window: int) -> dict[str, float]:
-    """Model FLOPs of one train step (bench/device_check.py's docstring, item 1) and the plain 6 x parameters x tokens."""
+    """Model FLOPs of one train step (bench/device_check.py's docstring, item 1) and the plain
+    6 x parameters x tokens."""
     p = matmul_parameters(cfg)
     layer = p["kv"] + p["q_o_mlp"]
     # The last layer's keys and values cover every position, its queries, output projection and MLP the window.

@@ -1,18 +1,20 @@
 """Sampler throughput against peers, run side by side on this machine.
 
-    .venv/bin/python bench/sampler.py [--repeats 5] [--skip-tunix] [--skip-transformers]
+    .venv/bin/python bench/sampler.py [--repeats 5] [--vocabs 1024,151936] [--skip-tunix] [--skip-transformers]
 
 (a) Tunix 0.1.7's vanilla sampler and ours on the same tiny Qwen3 (2 layers, hidden 64,
     4 heads / 2 kv heads, head_dim 16, rope theta 1e6, random weights), with the same
     settings: batch 8 x prompt 16 x 32 new tokens (cache 128), and an agent-like batch
-    32 x prompt 512 x 64 new tokens (cache 2048). Tunix runs in its own virtual
-    environment (bench/.venvs/tunix, created on first use; never in our requirements).
+    32 x prompt 512 x 64 new tokens (cache 2048), at each vocabulary of `--vocabs`
+    (151,936 is every Qwen checkpoint's). Tunix runs in its own virtual environment
+    (bench/.venvs/tunix, created on first use; never in our requirements).
 (b) transformers' `generate` and ours on SmolLM2-135M-Instruct in float32 and in
     bfloat16, batch 8 x prompt 16 x 32 new tokens, greedy.
 Every call is timed after a warm-up (compilation) call; tokens/s counts generated
 tokens over the whole call (prefill + decode). It also prints our decode's fraction
-of the memory-bandwidth roofline: bytes of weights + live KV read per step against
-this machine's measured copy bandwidth.
+of the memory-bandwidth roofline at batch 8 and at batch 1: bytes of weights + live
+KV read per step against this machine's best measured read bandwidth. Ends with one
+JSON line of the figures.
 """
 
 from __future__ import annotations
@@ -69,9 +71,9 @@ def _ensure_tunix() -> Path:
     return python
 
 
-def run_tunix(repeats: int) -> list[dict]:
-    spec = {"model": TINY, "settings": [{k: s[k] for k in ("batch", "prompt", "new", "cache")} for s in SETTINGS],
-            "repeats": repeats, **SAMPLING}
+def run_tunix(repeats: int, vocab: int) -> list[dict]:
+    settings = [{k: s[k] for k in ("batch", "prompt", "new", "cache")} for s in SETTINGS]
+    spec = {"model": dict(TINY, vocab_size=vocab), "settings": settings, "repeats": repeats, **SAMPLING}
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     env.pop("XLA_FLAGS", None)
     out = subprocess.run([str(_ensure_tunix()), str(HERE / "tunix_sampler_worker.py"), json.dumps(spec)],
@@ -79,8 +81,8 @@ def run_tunix(repeats: int) -> list[dict]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def run_ours_tiny(repeats: int) -> list[dict]:
-    cfg = DecoderConfig(model_type="qwen3", vocab_size=TINY["vocab_size"], hidden_size=TINY["hidden_size"],
+def run_ours_tiny(repeats: int, vocab: int) -> list[dict]:
+    cfg = DecoderConfig(model_type="qwen3", vocab_size=vocab, hidden_size=TINY["hidden_size"],
                         intermediate_size=TINY["intermediate_size"], num_layers=TINY["num_layers"],
                         num_heads=TINY["num_heads"], num_kv_heads=TINY["num_kv_heads"], head_dim=TINY["head_dim"],
                         rope=RopeConfig(theta=TINY["rope_theta"]), tie_word_embeddings=True, qk_norm=True)
@@ -116,10 +118,10 @@ def memory_bandwidth() -> tuple[float, str]:
     return probes[name], name
 
 
-def run_smollm2(repeats: int, dtype: str, with_transformers: bool) -> dict:
+def run_smollm2(repeats: int, dtype: str, with_transformers: bool, batch: int = 8) -> dict:
     model_dir = resolve_model_dir("package:smollm2-135m-instruct")
     model = load_pretrained(model_dir, dtype=dtype)
-    batch, prompt_len, new = 8, 16, 32
+    prompt_len, new = 16, 32
     prompts = _prompts(batch, prompt_len, model.config.vocab_size)
     sampler = Sampler(model)
 
@@ -161,35 +163,48 @@ def run_smollm2(repeats: int, dtype: str, with_transformers: bool) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--vocabs", default="1024,151936")
     parser.add_argument("--skip-tunix", action="store_true")
     parser.add_argument("--skip-transformers", action="store_true")
     args = parser.parse_args()
-    print(f"machine: {jax.devices()[0].platform}, {os.cpu_count()} cores, jax {jax.__version__}")
+    print(f"machine: {jax.devices()[0].platform}, {os.cpu_count()} cores, jax {jax.__version__}, "
+          f"{time.strftime('%Y-%m-%d')}")
+    figures: dict = {"bench": "sampler", "cpu_cores": os.cpu_count()}
 
-    ours = run_ours_tiny(args.repeats)
-    tunix = None if args.skip_tunix else run_tunix(args.repeats)
-    print("\n(a) tiny Qwen3, sampling T=1.0 top-p 0.9 top-k 10 (tokens/s, whole call)")
-    for i, setting in enumerate(SETTINGS):
-        line = (f"  {setting['name']:>10}: batch {setting['batch']} x prompt {setting['prompt']} x "
-                f"{setting['new']} new, cache {setting['cache']}: ours {ours[i]['tokens_per_s']:9.0f}")
-        if tunix:
-            ratio = ours[i]['tokens_per_s'] / tunix[i]['tokens_per_s']
-            line += f"  tunix {tunix[i]['tokens_per_s']:9.0f}  ratio {ratio:.2f}x"
-        print(line + f"  (compilations {ours[i]['compilations']})")
+    for vocab in (int(v) for v in args.vocabs.split(",")):
+        ours = run_ours_tiny(args.repeats, vocab)
+        tunix = None if args.skip_tunix else run_tunix(args.repeats, vocab)
+        print(f"\n(a) tiny Qwen3, vocabulary {vocab}, sampling T=1.0 top-p 0.9 top-k 10 (tokens/s, whole call)")
+        for i, setting in enumerate(SETTINGS):
+            line = (f"  {setting['name']:>10}: batch {setting['batch']} x prompt {setting['prompt']} x "
+                    f"{setting['new']} new, cache {setting['cache']}: ours {ours[i]['tokens_per_s']:9.0f}")
+            key = f"{setting['name'].replace('-', '_')}_vocab{vocab // 1000}k"
+            figures[f"ours_tokens_per_s_{key}"] = round(ours[i]["tokens_per_s"], 1)
+            if tunix:
+                ratio = ours[i]['tokens_per_s'] / tunix[i]['tokens_per_s']
+                figures[f"vs_tunix_{key}"] = round(ratio, 2)
+                line += f"  tunix {tunix[i]['tokens_per_s']:9.0f}  ratio {ratio:.2f}x"
+            print(line + f"  (compilations {ours[i]['compilations']})")
 
     bandwidth, probe = memory_bandwidth()
-    print("\n(b) SmolLM2-135M-Instruct, greedy, batch 8 x prompt 16 x 32 new (tokens/s, whole call)")
-    for dtype in ("float32", "bfloat16"):
-        smol = run_smollm2(args.repeats, dtype, not args.skip_transformers)
-        line = f"  {dtype:>9}: ours {smol['ours_tokens_per_s']:6.1f}"
+    figures["read_bandwidth_gb_s"] = round(bandwidth / 1e9, 2)
+    for dtype, batch in (("float32", 8), ("bfloat16", 8), ("float32", 1)):
+        print(f"\n(b) SmolLM2-135M-Instruct {dtype}, greedy, batch {batch} x prompt 16 x 32 new (tokens/s, whole call)")
+        smol = run_smollm2(args.repeats, dtype, not args.skip_transformers, batch)
+        line = f"  ours {smol['ours_tokens_per_s']:6.1f}"
+        key = f"smollm2_{dtype}_b{batch}"
         if "transformers_tokens_per_s" in smol:
             ratio = smol["ours_tokens_per_s"] / smol["transformers_tokens_per_s"]
+            figures[f"vs_transformers_{key}"] = round(ratio, 2)
             line += f"  transformers generate {smol['transformers_tokens_per_s']:6.1f}  ratio {ratio:.2f}x"
         achieved = smol["bytes_per_step"] / (smol["step_ms"] / 1e3)
-        line += (f"\n             roofline: decode step {smol['step_ms']:.1f} ms reads "
+        figures[f"roofline_fraction_{key}"] = round(achieved / bandwidth, 3)
+        line += (f"\n  roofline: decode step {smol['step_ms']:.1f} ms reads "
                  f"{smol['bytes_per_step'] / 1e6:.0f} MB (weights + live KV) = {achieved / 1e9:.1f} GB/s, "
                  f"{achieved / bandwidth:.0%} of the measured {bandwidth / 1e9:.1f} GB/s ({probe})")
         print(line)
+    figures["b1_roofline_fraction"] = figures["roofline_fraction_smollm2_float32_b1"]
+    print(json.dumps(figures))
 
 
 if __name__ == "__main__":

@@ -126,6 +126,7 @@ class RolloutSection:
     max_new_tokens: int = 2000   # per policy turn
     max_prompt_tokens: int = 2048
     max_live_episodes: int = 0   # at most this many episodes (environments, e.g. desktops) at once; 0 = all
+    continuous_batching: bool = True   # an ended episode's slot goes to the next at once (else: waves of tasks)
 
     def __post_init__(self):
         validation.positive_int("tasks_per_step", self.tasks_per_step)
@@ -140,6 +141,7 @@ class RolloutSection:
         validation.positive_int("max_new_tokens", self.max_new_tokens)
         validation.positive_int("max_prompt_tokens", self.max_prompt_tokens)
         validation.non_negative_int("max_live_episodes", self.max_live_episodes)
+        validation.boolean("continuous_batching", self.continuous_batching)
 
 
 @dataclasses.dataclass(frozen=True)

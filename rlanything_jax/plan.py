@@ -53,7 +53,8 @@ USAGE = """usage: python -m rlanything_jax.plan --config=FILE.py[:VARIANT] --dev
   --json                 end with one JSON line of the figures
 """
 ASSUMPTIONS = ("per-device bytes from XLA:CPU compiles on fake devices: close to, not equal to, TPU/GPU buffer "
-               "sizes; analytic figures are model-level estimates (flash-style attention unless attention_impl=xla, Adam moments in the "
+               "sizes; analytic figures are model-level estimates (flash-style attention unless attention_impl=xla, "
+               "Adam moments in the "
                "parameters' dtype, samplers sharing their learner's parameters); XLA:CPU's compiled temporaries ignore "
                "remat (its scheduler hoists recomputation): the analytic activations follow it")
 
@@ -171,7 +172,8 @@ def report(cfg, args: Args, models: dict, compiled: list, elapsed_s: float) -> t
     load = workload(cfg, {role: models[role].arch.vl is not None for role in ("policy", "reward")},
                     args.micro_batches)
     paper = estimate(cfg, models, args.devices, args.micro_batches, load)
-    lines = [f"plan for {cfg.config_file} on {args.devices} devices (mesh {sizes}), {args.device_memory_gib:g} GiB each",
+    lines = [f"plan for {cfg.config_file} on {args.devices} devices (mesh {sizes}), "
+             f"{args.device_memory_gib:g} GiB each",
              f"assumptions: {ASSUMPTIONS}"]
     for role, model in models.items():
         arch = model.arch
@@ -206,8 +208,9 @@ def report(cfg, args: Args, models: dict, compiled: list, elapsed_s: float) -> t
             others = paper.resident_bytes - sum(paper.resident[k] for k in paper.resident_of[name])
             total = program.peak_bytes + others
             peak_compiled = max(peak_compiled, total)
-            entry.update(compiled_total_gib=round(total / 2 ** 30, 3), argument_gib=round(program.argument_bytes / 2 ** 30, 3),
-                         output_gib=round(program.output_bytes / 2 ** 30, 3), temp_gib=round(program.temp_bytes / 2 ** 30, 3),
+            gib = 2 ** 30
+            entry.update(compiled_total_gib=round(total / gib, 3), argument_gib=round(program.argument_bytes / gib, 3),
+                         output_gib=round(program.output_bytes / gib, 3), temp_gib=round(program.temp_bytes / gib, 3),
                          alias_gib=round(program.alias_bytes / 2 ** 30, 3),
                          generated_code_gib=round(program.generated_code_bytes / 2 ** 30, 6),
                          tflops=round(program.flops / 1e12, 3), layers_compiled=list(program.layers),

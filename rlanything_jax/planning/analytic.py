@@ -13,8 +13,9 @@ shards them (heads, kv heads, mlp, vocab):
   and product;
 - "dots" keeps the layer input and the projections' outputs, and recomputes one layer's rest at a time;
 - "full" keeps the layer input only, and recomputes one layer at a time.
-Plus one layer's float32 attention logits while it runs (one tile with the flash-style kernels), and the output layer's float32 logits and their
-gradient over the loss window. A Qwen3-VL tower's activations (not checkpointed) come on top per row.
+Plus one layer's float32 attention logits while it runs (one tile with the flash-style kernels), and the
+output layer's float32 logits and their gradient over the loss window. A Qwen3-VL tower's activations (not
+checkpointed) come on top per row.
 """
 
 from __future__ import annotations
@@ -29,9 +30,9 @@ from flax import nnx
 
 from rlanything_jax import sharding as sharding_lib
 from rlanything_jax.planning.architectures import Architecture
+from rlanything_jax.planning.workload import SamplerShapes, TrainShapes
 
 FLASH_TILE = (128, 512)   # the flash-style kernels' query and key tile (models/flash.causal_window_attention)
-from rlanything_jax.planning.workload import SamplerShapes, TrainShapes
 
 GIB = 2 ** 30
 

@@ -3,7 +3,7 @@
 Train steps: `micro_batch_size` rows of `max_prompt_tokens + max_response_tokens` (rounded up as
 `rl/data.collate` rounds a batch's width), in a scan of `micro_batches` micro-batches (the Learner's
 path for more than one: it carries a gradient accumulator). Samplers: the rollout's rows (tasks x
-group, or whole tasks up to `max_live_episodes`) with a cache as `agents/rollout` sizes it, and the
+group, or `max_live_episodes` slots) with a cache as `agents/rollout` sizes it, and the
 judge's calls (`JudgeConfig.batch_size // m` prompts, each sampled m times). Images: a Qwen3-VL
 scenario's screenshots per row (`tasks.image_history` for the policy, before and after a step for
 the reward model), resized as the agent resizes them.
@@ -87,10 +87,12 @@ def sampler_shapes(cfg: RunConfig, role: str, vision_language: bool) -> SamplerS
     patches = bucket_patches(screenshot_patches(cfg)) if images else 0
     image_tokens = screenshot_patches(cfg) // MERGE ** 2 if images else 0
     if role == "policy":
-        tasks = rollout.tasks_per_step
-        if rollout.max_live_episodes:
-            tasks = min(tasks, max(1, rollout.max_live_episodes // rollout.group_size))
-        rows = bucket_length(tasks * rollout.group_size, 1)
+        episodes = rollout.tasks_per_step * rollout.group_size
+        if rollout.max_live_episodes:   # slots refilled one episode at a time, or waves of whole tasks
+            slots = (rollout.max_live_episodes if rollout.continuous_batching
+                     else max(1, rollout.max_live_episodes // rollout.group_size) * rollout.group_size)
+            episodes = min(episodes, slots)
+        rows = bucket_length(episodes, 1)
         prompt = bucket_length(rollout.max_prompt_tokens, 16)
         # assemble.sampler_for's limit, and agents/rollout's cache: room for two turns, a power of two below it.
         limit = max(2 * (rollout.max_prompt_tokens + rollout.max_new_tokens), 1024)

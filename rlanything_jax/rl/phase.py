@@ -30,8 +30,13 @@ from rlanything_jax import multihost
 from rlanything_jax import sharding as sharding_lib
 from rlanything_jax.rl.data import BatchIterator, DataConfig, Example
 from rlanything_jax.rl.train_config import TrainConfig
-from rlanything_jax.rl.train_state import (TrainState, init_train_state, make_optimizer, reset_optimizer,
-                                          train_state_shardings)
+from rlanything_jax.rl.train_state import (
+    TrainState,
+    init_train_state,
+    make_optimizer,
+    reset_optimizer,
+    train_state_shardings,
+)
 from rlanything_jax.rl.train_step import TrainBatch, TrainSpec, batch_shardings, jit_train_step
 from rlanything_jax.rl.vision import ImageTraining, freeze_vision, with_cached_image_features
 from rlanything_jax.seeds import derive_seed

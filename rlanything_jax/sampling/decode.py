@@ -239,6 +239,67 @@ def decode(params: nnx.State, state: DecodeState, max_new_tokens: jax.Array, *, 
     return carry[0]
 
 
+def repack_rows(state: DecodeState, rows: jax.Array, *, batch: int, cache_length: int) -> DecodeState:
+    """A state of `batch` rows x `cache_length` columns (static) holding rows[i] of `state` as row i, each row's
+    valid columns moved to the front in order (rows[i] < 0: batch padding, done with no valid column).
+
+    No model runs: the cached keys already carry their rotary positions, which are per row, and attention
+    masks by validity and column order, both kept. After episodes joined and left a shared conversation,
+    its write column runs far past any row's length, and every decode step reads that whole window for
+    every row; packing brings the window back to the longest row. The caller checks that every kept row's
+    valid columns fit `cache_length`.
+    """
+    real = rows >= 0
+    source = jnp.where(real, rows, 0)
+    valid = state.cache.valid[source] & real[:, None]
+    old_length = valid.shape[1]
+    order = jnp.argsort(~valid, axis=1, stable=True)        # valid columns first, in their order
+    if cache_length <= old_length:
+        order = order[:, :cache_length]
+    else:
+        order = jnp.pad(order, ((0, 0), (0, cache_length - old_length)))
+    count = valid.sum(axis=1)
+    packed_valid = jnp.arange(cache_length)[None, :] < count[:, None]
+
+    def gather(layer: jax.Array) -> jax.Array:
+        return layer[source[:, None], order]
+
+    cache = KVCache(k=tuple(gather(layer) for layer in state.cache.k),
+                    v=tuple(gather(layer) for layer in state.cache.v), valid=packed_valid)
+    return state.replace(cache=cache, write_index=jnp.max(count).astype(jnp.int32),
+                         positions=state.positions[source], logits=state.logits[source],
+                         done=state.done[source] | ~real, tokens=state.tokens[source],
+                         logprobs=state.logprobs[source], num_generated=state.num_generated[source])
+
+
+def insert_rows(state: DecodeState, source: DecodeState, rows: jax.Array) -> DecodeState:
+    """`state` with row rows[i] replaced by `source`'s row i (continuous batching's refill).
+
+    The source rows were prefilled on their own into a cache of exactly their prompt columns; they are placed
+    at the columns that end at `state.write_index`, which the caller checked to be at least that many. The
+    target rows' old columns are forgotten. Positions are per row, so the columns' offset changes nothing a
+    row computes. Rows given an index past the batch (the source's batch padding) are dropped.
+    """
+    length = source.cache.valid.shape[1]
+    start = state.write_index - length
+
+    def place(target: jax.Array, rows_source: jax.Array, blank: Any) -> jax.Array:
+        fresh = jnp.full((rows.shape[0],) + target.shape[1:], blank, target.dtype)
+        placed = jax.lax.dynamic_update_slice(fresh, rows_source.astype(target.dtype),
+                                              (0, start) + (0,) * (target.ndim - 2))
+        return target.at[rows].set(placed, mode="drop")
+
+    def put(target: jax.Array, value: jax.Array) -> jax.Array:
+        return target.at[rows].set(value.astype(target.dtype), mode="drop")
+
+    cache = KVCache(k=tuple(place(t, s, 0) for t, s in zip(state.cache.k, source.cache.k)),
+                    v=tuple(place(t, s, 0) for t, s in zip(state.cache.v, source.cache.v)),
+                    valid=place(state.cache.valid, source.cache.valid, False))
+    return state.replace(cache=cache, positions=put(state.positions, source.positions),
+                         logits=put(state.logits, source.logits), done=put(state.done, source.done),
+                         num_generated=put(state.num_generated, jnp.zeros_like(source.num_generated)))
+
+
 def truncate_generation(state: DecodeState, keep: jax.Array, start_column: jax.Array) -> DecodeState:
     """Forgets, per row, the generated tokens after the first `keep[b]` (e.g. past a stop string).
 

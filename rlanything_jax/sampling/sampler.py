@@ -157,6 +157,21 @@ class Sampler:
             batch_1d = self._rows_sharding(state, 1)
             in_shardings = (state_shardings, batch_1d, replicated)
             donate = (0,)
+        elif kind == "insert":
+            def program(state, source, rows):
+                counter["insert"] += 1
+                return decode_lib.insert_rows(state, source, rows)
+            source_shapes = static.pop("source")
+            in_shardings = (state_shardings, self._state_shardings(source_shapes), replicated)
+            donate = (0,)
+        elif kind == "repack":
+            def program(state, rows):
+                counter["repack"] += 1
+                return decode_lib.repack_rows(state, rows, **static)
+            smaller = jax.eval_shape(functools.partial(decode_lib.repack_rows, **static), state,
+                                     jax.ShapeDtypeStruct((static["batch"],), jnp.int32))
+            return jax.jit(program, in_shardings=(state_shardings, replicated),
+                           out_shardings=self._state_shardings(smaller))
         elif kind == "replicate":
             def program(state, num_rows, num_samples):
                 counter["replicate"] += 1
@@ -220,6 +235,44 @@ class Sampler:
             raise ValueError(f"the conversation's cache is full: {conversation.used_columns} + {length} columns "
                              f"exceed its length {conversation.cache_length}")
         self._append(conversation, new_tokens, length, images)
+
+    def join(self, conversation: Conversation, rows: Sequence[int], prompts: Sequence[Sequence[int]],
+             images: Sequence[Sequence[ImageInput]] | None = None) -> None:
+        """Starts new conversations in `rows` of a running one (continuous batching): the prompts are prefilled
+        on their own, batched, and their cache rows placed in the conversation's, ending at its write column;
+        whatever those rows held is forgotten. The others keep their caches and do not wait for a prefill of
+        the newcomers' length. The next `decode` generates for the new rows too (call it after any `extend`).
+        """
+        if len(rows) != len(prompts) or not prompts:
+            raise ValueError(f"join needs one prompt per row, got {len(prompts)} prompts for rows {list(rows)}")
+        batch = conversation.state.done.shape[0]
+        if any(not 0 <= row < batch for row in rows) or len(set(rows)) != len(rows):
+            raise ValueError(f"join needs distinct rows of the conversation's {batch}, got {list(rows)}")
+        length = bucket_length(max(len(p) for p in prompts), 16)
+        if length > conversation.used_columns:
+            raise ValueError(f"a {length}-column prompt bucket cannot end at column {conversation.used_columns}")
+        source = self.start(prompts, 0, cache_length=length, images=images)
+        targets = np.full(source.state.done.shape[0], batch, np.int32)   # batch padding rows: dropped
+        targets[:len(rows)] = rows
+        program = self._program("insert", conversation.state, source=jax.eval_shape(lambda s: s, source.state))
+        conversation.state = program(conversation.state, source.state, jnp.asarray(targets))
+        conversation.num_rows = max(conversation.num_rows, max(rows) + 1)
+
+    def repack(self, conversation: Conversation, rows: Sequence[int], cache_length: int) -> Conversation:
+        """A conversation of the given rows of this one, in that order (row i of the new one is rows[i]), each
+        row's cached tokens moved to the front of a `cache_length`-column cache: no prefill, only the cache
+        moved. Shrinks the batch when rows have left, and the attention window when rows joined and left
+        at different columns (continuous batching)."""
+        state = conversation.state
+        kept = multihost.to_host(state.cache.valid.sum(axis=1))[list(rows)] if rows else np.zeros(0)
+        if not rows or int(kept.max()) > cache_length or cache_length > self.config.max_cache_length:
+            raise ValueError(f"repack needs rows whose tokens ({kept.tolist()}) fit {cache_length} columns, "
+                             f"at most max_cache_length {self.config.max_cache_length}")
+        batch = bucket_length(len(rows), 1)
+        targets = np.full(batch, -1, np.int32)
+        targets[:len(rows)] = rows
+        program = self._program("repack", state, batch=batch, cache_length=cache_length)
+        return Conversation(state=program(state, jnp.asarray(targets)), num_rows=len(rows))
 
     def _append(self, conversation: Conversation, token_lists: Sequence[Sequence[int]], length: int,
                 images: Sequence[Sequence[ImageInput]] | None = None) -> None:

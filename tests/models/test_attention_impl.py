@@ -125,7 +125,7 @@ def test_kernels_fall_back_to_chunked_with_the_reason_logged(caplog):
     reference = np.asarray(causal_attention(q, k, v, valid, 50, XLA))[real]
     with caplog.at_level(logging.WARNING):
         for kernel in (AttentionKernel("splash", platform="tpu"), AttentionKernel("cudnn", platform="gpu")):
-            ours = jax.jit(lambda start: causal_attention(q, k, v, valid, start, kernel))(jnp.int32(50))
+            ours = jax.jit(lambda start: causal_attention(q, k, v, valid, start, kernel))(jnp.int32(50))  # noqa: B023
             np.testing.assert_allclose(np.asarray(ours)[real], reference, atol=1e-5, rtol=0)
     assert "static first query column" in caplog.text and "bfloat16 or float16" in caplog.text
 

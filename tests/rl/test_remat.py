@@ -8,8 +8,8 @@ from flax import nnx
 from rlanything_jax.config import DEFAULT_CONFIG, load_config
 from rlanything_jax.models import Decoder, DecoderConfig
 from rlanything_jax.rl.train_config import TrainConfig
-from rlanything_jax.rl.train_step import TrainBatch, TrainSpec, _micro_objective
 from rlanything_jax.rl.train_state import make_optimizer
+from rlanything_jax.rl.train_step import TrainBatch, TrainSpec, _micro_objective
 from rlanything_jax.validation import ConfigError
 
 CFG = DecoderConfig(model_type="qwen3", vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=2,

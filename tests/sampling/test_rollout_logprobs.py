@@ -3,7 +3,7 @@ train step's own `token_logprobs` (a full forward of the step's prompt + respons
 
 PPO's ratio divides the trainer's probability by the sampler's: a sampler that reports the log-probs
 of the distribution it samples from (tempered, top-k/top-p truncated), or whose KV cache drifts from
-the recorded history (after `extend`, after a re-prefill compaction), biases every update while
+the recorded history (after `extend`, after a repack into another cache), biases every update while
 training still "runs". Rollouts here go through `agents.rollout.play_episodes` on the toy
 environment (tests/envs/toy_envs.py) in a worker process, with a tiny random Qwen2 over the real
 Qwen2.5 tokenizer and chat template.
@@ -152,14 +152,17 @@ def test_tempered_nucleus_rollouts_record_the_models_logprobs_across_extended_tu
     assert mean_gap_to_sampling_distribution(checked, 0.8, 0, 0.95) > 0.1
 
 
-def test_top_k_rollouts_record_the_untruncated_logprobs(f32, runner):
+@pytest.mark.parametrize("slots", [0, 2], ids=["all_at_once", "two_slots_refilled"])
+def test_top_k_rollouts_record_the_untruncated_logprobs(f32, runner, slots):
+    """With two slots, the second task's episodes join the conversation in the rows the first task's left."""
     sampler, model = f32
     top_k = 4
     config = RolloutConfig(group_size=2, max_turns=3, max_new_tokens=8, max_context_tokens=MAX_CACHE,
                            temperature=1.0, top_k=top_k, top_p=1.0, seed=4)
     metrics = Counter()
-    episodes = play_episodes(sampler, runner, PROMPTS, TASKS, config, metrics=metrics)
+    episodes = play_episodes(sampler, runner, PROMPTS, TASKS, config, metrics=metrics, slots=slots)
     assert metrics["rollout/compactions"] == 0
+    assert metrics["rollout/joined_rows"] == (2 if slots else 0)
     check_continued_caches(episodes, turns=3)
     checked = check_against_trainer(model, episodes, atol=1e-4)
 
@@ -172,32 +175,35 @@ def test_top_k_rollouts_record_the_untruncated_logprobs(f32, runner):
 
 
 @pytest.mark.slow   # 20-90 s on a 2-core CPU (fast-tier budget)
-def test_logprobs_after_a_compaction_and_up_to_a_full_context(f32, runner, monkeypatch):
-    """A tight context: the shared cache fills (turn 4 is re-prefilled into a fresh conversation, turn 5
-    extends that one) and then the histories outgrow max_context_tokens (`context_full`)."""
+def test_logprobs_after_a_repack_and_up_to_a_full_context(f32, runner, monkeypatch):
+    """A tight context: the shared cache fills (its rows are moved into a larger cache, `Sampler.repack`, with
+    no new prefill, and later turns extend that one) and then the histories outgrow max_context_tokens
+    (`context_full`)."""
     sampler, model = f32
     prefilled: list[list[list[int]]] = []
-    start = sampler.start
+    start, repack = sampler.start, sampler.repack
+    repacked_at: list[int] = []   # the number of steps played when a repack happened
 
     def recording_start(prompts, *args, **kwargs):
         prefilled.append([list(p) for p in prompts])
         return start(prompts, *args, **kwargs)
 
+    def recording_repack(conversation, rows, cache_length):
+        repacked_at.append(metrics["env_steps"])
+        return repack(conversation, rows, cache_length)
+
     monkeypatch.setattr(sampler, "start", recording_start)
+    monkeypatch.setattr(sampler, "repack", recording_repack)
     config = RolloutConfig(group_size=2, max_turns=8, max_new_tokens=8, max_context_tokens=MAX_CACHE,
                            temperature=0.8, top_p=0.95, seed=5)
     metrics = Counter()
     episodes = play_episodes(sampler, runner, PROMPTS, TASKS, config, metrics=metrics)
-    assert metrics["rollout/compactions"] >= 1 and len(prefilled) == 1 + metrics["rollout/compactions"]
+    assert metrics["rollout/repacks"] >= 1 and metrics["rollout/compactions"] == 0 and len(prefilled) == 1
     assert metrics["episodes/context_full"] >= 1
     assert any(e.end_reason == "context_full" for e in episodes)
+    # Steps were sampled after a repack, the first of them right after it, from the moved cache.
+    assert 0 < repacked_at[0] < metrics["env_steps"]
     check_against_trainer(model, episodes, atol=1e-4)
-
-    # Steps were sampled right after a re-prefill, and after an extend of a re-prefilled conversation.
-    reprefilled = [tuple(p) for call in prefilled[1:] for p in call]
-    prompts = [s.prompt_tokens for e in episodes for s in e.steps]
-    assert any(p in reprefilled for p in prompts)
-    assert any(p not in reprefilled and any(p[:len(r)] == r for r in reprefilled) for p in prompts)
 
 
 @pytest.mark.slow

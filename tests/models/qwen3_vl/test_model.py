@@ -58,7 +58,8 @@ def test_text_only_logits_match(models):
 
 def test_query_chunked_vision_attention_matches(models, monkeypatch):
     """Images larger than the query chunk (here 40 patches, so 256 patches make 7 query chunks, and 3 key
-    chunks of 96, the last ones partial) take the chunked path; the features stay those of transformers' full attention."""
+    chunks of 96, the last ones partial) take the chunked path; the features stay those of transformers' full
+    attention."""
     from rlanything_jax.models.qwen3_vl import vision
 
     torch_model, ours = models
