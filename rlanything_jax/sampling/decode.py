@@ -208,7 +208,9 @@ def decode(params: nnx.State, state: DecodeState, max_new_tokens: jax.Array, *, 
         active = ~state.done
         sampled = spec.strategy.next_tokens(state.logits, key)
         token = jnp.where(active, sampled, spec.pad_token_id)
-        logprob = jnp.take_along_axis(jax.nn.log_softmax(state.logits, axis=-1), token[:, None], axis=-1)[:, 0]
+        # One read of the logits, not a written log-softmax over the vocabulary.
+        logprob = (jnp.take_along_axis(state.logits, token[:, None], axis=-1)[:, 0]
+                   - jax.nn.logsumexp(state.logits, axis=-1))
         num_generated = state.num_generated + active
         done = state.done | (active & jnp.isin(token, stop_ids)) | (num_generated >= budget)
         hidden, cache = _forward_with_cache(model, state.cache, state.write_index, token[:, None], active[:, None],

@@ -118,6 +118,10 @@ class Sampler:
         axes = ("batch", "length")[:rank]
         return sharding_lib.named_sharding(self.mesh, axes, self.rules, state.done.shape + (1,) * (rank - 1))
 
+    def _replicated(self, value: np.ndarray) -> jax.Array:
+        """A host array every process holds, on every device of the mesh (a global array in multi-process)."""
+        return multihost.to_device(value, sharding_lib.named_sharding(self.mesh, (), self.rules))
+
     def _program(self, kind: str, state: decode_lib.DecodeState, **static) -> Any:
         # Shardings depend on shapes (a mesh axis that does not divide a dim is dropped).
         shapes = tuple(leaf.shape for leaf in jax.tree.leaves(state))
@@ -255,7 +259,7 @@ class Sampler:
         targets = np.full(source.state.done.shape[0], batch, np.int32)   # batch padding rows: dropped
         targets[:len(rows)] = rows
         program = self._program("insert", conversation.state, source=jax.eval_shape(lambda s: s, source.state))
-        conversation.state = program(conversation.state, source.state, jnp.asarray(targets))
+        conversation.state = program(conversation.state, source.state, self._replicated(targets))
         conversation.num_rows = max(conversation.num_rows, max(rows) + 1)
 
     def repack(self, conversation: Conversation, rows: Sequence[int], cache_length: int) -> Conversation:
@@ -272,7 +276,7 @@ class Sampler:
         targets = np.full(batch, -1, np.int32)
         targets[:len(rows)] = rows
         program = self._program("repack", state, batch=batch, cache_length=cache_length)
-        return Conversation(state=program(state, jnp.asarray(targets)), num_rows=len(rows))
+        return Conversation(state=program(state, self._replicated(targets)), num_rows=len(rows))
 
     def _append(self, conversation: Conversation, token_lists: Sequence[Sequence[int]], length: int,
                 images: Sequence[Sequence[ImageInput]] | None = None) -> None:

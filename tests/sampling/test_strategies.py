@@ -36,12 +36,12 @@ def test_top_k_never_leaves_the_k_most_likely(k):
 
 
 def _nucleus(logits_row: np.ndarray, p: float, temperature: float = 1.0) -> set[int]:
-    """Hand-computed nucleus: most likely tokens until their mass reaches p."""
-    probs = np.exp(logits_row / temperature - np.max(logits_row / temperature))
+    """Hand-computed nucleus (float64): most likely tokens until their mass reaches p."""
+    scaled = np.asarray(logits_row, np.float64) / temperature
+    probs = np.exp(scaled - np.max(scaled))
     probs /= probs.sum()
-    order = np.argsort(-probs)
     chosen, mass = set(), 0.0
-    for token in order:
+    for token in np.argsort(-probs, kind="stable"):
         chosen.add(int(token))
         mass += probs[token]
         if mass >= p:
@@ -107,3 +107,36 @@ def test_large_vocabulary_sampling_follows_the_softmax():
     np.testing.assert_allclose(frequencies[ids], expected[ids], atol=0.006)
     assert abs(frequencies.sum() - frequencies[ids].sum() - (1 - expected[ids].sum())) < 0.01
     assert counts[np.setdiff1d(np.arange(vocab), ids)].max() < 40   # no id is favoured
+
+
+@pytest.mark.parametrize("k", [1, 4])
+def test_top_candidates_over_a_large_vocabulary_are_lax_top_k(k):
+    """Over 151,936 ids the k largest are found block first (4 x k x 1024 <= vocab); the same ids and values."""
+    from rlanything_jax.sampling.strategies import top_candidates
+
+    logits = jax.random.normal(jax.random.key(5), (6, 151_936)) * 2.0
+    logits = logits.at[0, 151_935].set(50.0).at[1, :1024].set(30.0)   # the last, partial block; one full block
+    values, ids = jax.jit(top_candidates, static_argnums=1)(logits, k)
+    expected_values, expected_ids = jax.lax.top_k(logits, k)
+    np.testing.assert_array_equal(ids, expected_ids)
+    np.testing.assert_array_equal(values, expected_values)
+
+
+@pytest.mark.parametrize("peaked", [True, False], ids=["nucleus_in_64_candidates", "bisected_over_vocabulary"])
+def test_top_p_alone_over_a_large_vocabulary_is_the_nucleus(peaked):
+    """Top-p with no top-k over 20,000 ids: a peaked distribution takes the candidates' path, a flat one the
+    bisection; both must sample inside the hand-computed nucleus and mark exactly it."""
+    from rlanything_jax.sampling.strategies import nucleus_mask
+
+    vocab, p = 20_000, 0.9
+    logits = np.asarray(jax.random.normal(jax.random.key(6), (3, vocab)), np.float32) * 0.5
+    if peaked:
+        logits[:, [7, 9000, 19_999]] += [[14.0, 13.0, 12.5]]
+    expected = [_nucleus(row, p) for row in logits]
+    assert all((len(e) < 64) == peaked for e in expected)
+    marked = np.asarray(jax.jit(nucleus_mask, static_argnums=1)(jnp.asarray(logits), p))
+    for row in range(3):
+        assert set(np.flatnonzero(marked[row]).tolist()) == expected[row]
+    draws = _draws(Sampling(temperature=1.0, top_p=p), jnp.asarray(logits), n=200)
+    for row in range(3):
+        assert set(draws[:, row].tolist()) <= expected[row] and len(set(draws[:, row].tolist())) > 1
