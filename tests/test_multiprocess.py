@@ -30,7 +30,9 @@ RUN = ["--config=configs/default.py:smoke", "--config.loop.total_steps=2", "--co
        "--config.warm_start.enabled=true", "--config.warm_start.num_tasks=4",
        "--config.warm_start.policy_epochs=1", "--config.warm_start.reward_epochs=6",
        "--config.warm_start.learning_rate=1e-2", "--config.warm_start.batch_size=8",
-       "--config.env.step_timeout_s=600", "--config.loop.traces_per_step=0"]
+       "--config.env.step_timeout_s=600", "--config.loop.traces_per_step=0",
+       # 3 slots for 8 episodes: episodes join running conversations (continuous batching) on every layout.
+       "--config.rollout.max_live_episodes=3"]
 
 pytestmark = pytest.mark.slow
 # Across processes, gradients are summed over gloo in another order than inside one process: float32
@@ -116,6 +118,7 @@ def reference(tmp_path_factory) -> Path:
     # Its RL steps train both models: equal parameters below are more than equal warm starts.
     assert sum(line["policy/updates"] for line in lines[1:]) > 0
     assert sum(line["reward/updates"] for line in lines[1:]) > 0
+    assert sum(line["rollout/joined_rows"] for line in lines[1:]) > 0   # slots were refilled
     return workdir
 
 

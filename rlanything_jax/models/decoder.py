@@ -139,14 +139,21 @@ def call_layer(layer: DecoderLayer, remat: str, x: jax.Array, cos: jax.Array, si
                attend: AttendFn, carry: Any, query_window: int | None = None) -> tuple[jax.Array, Any]:
     """`layer(...)`, under `jax.checkpoint` with the policy `REMAT_POLICIES[remat]` unless remat is "none"
     (the same values: only what the backward pass keeps or recomputes differs)."""
+    return remat_call(layer, remat, lambda m, x, cos, sin, carry: m(x, cos, sin, layer_index, attend, carry,
+                                                                    query_window), x, cos, sin, carry)
+
+
+def remat_call(module: nnx.Module, remat: str, call: Callable[..., Any], *arrays: Any) -> Any:
+    """`call(module, *arrays)`, under `jax.checkpoint` with `REMAT_POLICIES[remat]` unless remat is "none";
+    `arrays` are the traced inputs (pytrees of arrays), anything static is closed over by `call`."""
     if remat == "none":
-        return layer(x, cos, sin, layer_index, attend, carry, query_window)
-    graphdef, state = nnx.split(layer)
+        return call(module, *arrays)
+    graphdef, state = nnx.split(module)
 
-    def forward(state, x, cos, sin, carry):
-        return nnx.merge(graphdef, state)(x, cos, sin, layer_index, attend, carry, query_window)
+    def forward(state, *arrays):
+        return call(nnx.merge(graphdef, state), *arrays)
 
-    return jax.checkpoint(forward, policy=REMAT_POLICIES[remat])(state, x, cos, sin, carry)
+    return jax.checkpoint(forward, policy=REMAT_POLICIES[remat])(state, *arrays)
 
 
 class Decoder(nnx.Module):

@@ -128,6 +128,7 @@ class Qwen3VL(Decoder):
             rows, size = pixel_values.shape[:2]
             flat = pixel_values.reshape(rows * size, -1).astype(self.dtype)
             flat_layout = jax.tree.map(lambda a: jnp.reshape(a, (rows * size,) + a.shape[2:]), layout)
+            self.visual.remat = self.remat   # the train step's policy (set on this trace's module) covers the tower
             image_embeddings, image_deepstack = self.visual(flat, flat_layout)
             # Each row's image tokens come first in its slice, in order: what the per-row scatter reads.
             embeddings = image_embeddings.reshape(rows, -1, image_embeddings.shape[-1])

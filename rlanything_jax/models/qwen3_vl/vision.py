@@ -24,7 +24,7 @@ from flax import nnx
 from rlanything_jax.models import flash
 from rlanything_jax.models import fused_attention as fused
 from rlanything_jax.models.attention_kernels import AttentionKernel, log_fallback, resolve_attention
-from rlanything_jax.models.decoder import Projection, _init
+from rlanything_jax.models.decoder import Projection, _init, remat_call
 from rlanything_jax.models.qwen3_vl.config import VisionConfig
 from rlanything_jax.models.qwen3_vl.patches import Grid, PatchLayout, patch_layout
 
@@ -279,6 +279,7 @@ class VisionTower(nnx.Module):
         dims = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         self.config = cfg
         self.dtype = dtype
+        self.remat = "none"   # each block's activation checkpointing in a train step (decoder.REMAT_POLICIES)
         # The checkpoint's Conv3d has kernel = stride = (time, patch, patch): a linear map of each row.
         self.patch_embed = Projection((cfg.patch_dim,), (cfg.hidden_size,), in_axes=(None,), out_axes=("embed",),
                                       use_bias=True, **dims)
@@ -303,7 +304,7 @@ class VisionTower(nnx.Module):
         cos, sin = vision_rope(layout.coords, cfg.head_dim, cfg.rope_theta)
         deepstack = []
         for index, block in enumerate(self.blocks):
-            x = block(x, cos, sin, layout.segments, layout.valid)
+            x = remat_call(block, self.remat, lambda b, *a: b(*a), x, cos, sin, layout.segments, layout.valid)
             if index in cfg.deepstack_visual_indexes:
                 deepstack.append(self.deepstack_mergers[cfg.deepstack_visual_indexes.index(index)](x))
         embeddings = self.merger(x)
