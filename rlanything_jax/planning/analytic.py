@@ -14,8 +14,8 @@ shards them (heads, kv heads, mlp, vocab):
 - "dots" keeps the layer input and the projections' outputs, and recomputes one layer's rest at a time;
 - "full" keeps the layer input only, and recomputes one layer at a time.
 Plus one layer's float32 attention logits while it runs (one tile with the flash-style kernels), and the
-output layer's float32 logits and their gradient over the loss window. A Qwen3-VL tower's activations (not
-checkpointed) come on top per row.
+output layer's float32 logits and their gradient over the loss window. A Qwen3-VL tower's activations come
+on top per row, under the same policy.
 """
 
 from __future__ import annotations
@@ -118,9 +118,11 @@ def train_activation_bytes(arch: Architecture, shapes: TrainShapes, mesh: Mesh, 
 
 
 def train_image_bytes(arch: Architecture, shapes: TrainShapes, mesh: Mesh, compute_itemsize: int,
-                      freeze_vision: bool) -> int:
+                      freeze_vision: bool, remat: str = "none") -> int:
     """The vision tower's activations for one micro-batch's images (none when the tower is frozen: the step
-    then reads cached features, [rows, tokens, embed] x (1 + DeepStack levels))."""
+    then reads cached features, [rows, tokens, embed] x (1 + DeepStack levels)). Under remat its blocks keep
+    what the decoder layers keep (the block input, plus the projections' outputs under "dots") and
+    recompute one block at a time."""
     if arch.vl is None or not shapes.image_patches:
         return 0
     v, rows, patches = arch.vl.vision, rows_per_device(shapes.rows, mesh), shapes.image_patches
@@ -129,7 +131,10 @@ def train_image_bytes(arch: Architecture, shapes: TrainShapes, mesh: Mesh, compu
     if freeze_vision:
         return features
     per_block = patches * (8 * v.hidden_size + 2 * v.intermediate_size) * compute_itemsize
-    return rows * v.depth * per_block + features
+    if remat == "none":
+        return rows * v.depth * per_block + features
+    kept = {"dots": 6 * v.hidden_size + v.intermediate_size, "full": v.hidden_size}[remat]
+    return rows * (v.depth * patches * kept * compute_itemsize + per_block) + features
 
 
 def kv_cache_bytes(arch: Architecture, rows: int, cache_length: int, mesh: Mesh, compute_itemsize: int) -> int:

@@ -74,7 +74,8 @@ def estimate(cfg: RunConfig, models: dict, num_devices: int, micro_batches: int 
             "activations": analytic.train_activation_bytes(
                 model.arch, shapes, mesh, compute, train_cfg.remat,
                 dense_attention=getattr(cfg.model, role).attention_impl == "xla"),
-            "images": analytic.train_image_bytes(model.arch, shapes, mesh, compute, cfg.model.freeze_vision)}
+            "images": analytic.train_image_bytes(model.arch, shapes, mesh, compute, cfg.model.freeze_vision,
+                                                 train_cfg.remat)}
         resident_of[f"{role} train step"] = [k for k in resident if k.startswith(role)]
         sampling = load.sampler[role]
         vocab = model.arch.text.vocab_size
