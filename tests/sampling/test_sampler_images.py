@@ -89,6 +89,33 @@ def test_extend_with_a_new_screenshot_equals_generating_over_the_whole_conversat
                                atol=1e-4, rtol=0)
 
 
+def test_an_image_prompt_joining_a_running_conversation_and_a_repack_keep_transformers_outputs(tiny):
+    """Continuous batching with screenshots: a prompt with an image joins row 1 of a running conversation
+    (`Sampler.join`, its M-RoPE positions its own), then the rows are repacked into a smaller cache
+    (`Sampler.repack`) and extended with a new screenshot: every turn equals transformers' generate."""
+    torch_model, _, sampler = tiny
+    rng = np.random.default_rng(2)
+    raw = [_prompt(rng, [(64, 64)], 6), _prompt(rng, [(48, 96)], 7)]
+    (ids_a, images_a), (ids_b, images_b) = [processor.prepare_prompt(ids, images, IMAGE) for ids, images in raw]
+    conversation = sampler.start([ids_a, list(rng.integers(1, 400, 90))], 6, cache_length=1024, images=[images_a, []])
+    first_a = sampler.decode(conversation, 6, stop_token_ids=())[0]
+    sampler.join(conversation, [1], [ids_b], images=[images_b])
+    first_b = sampler.decode(conversation, 6, stop_token_ids=())[1]
+    assert first_b.token_ids == _transformers_greedy(torch_model, ids_b, raw[1][1], 6)
+
+    conversation = sampler.repack(conversation, [1, 0], 512)
+    turn_ids, turn_images = _prompt(rng, [(64, 64)], 8)
+    turn, turn_prepared = processor.prepare_prompt(turn_ids, turn_images, IMAGE)
+    sampler.extend(conversation, [turn, []], images=[turn_prepared, []])
+    second_b = sampler.decode(conversation, 6, stop_token_ids=())[0]
+    history = ids_b + first_b.token_ids + turn
+    assert second_b.token_ids == _transformers_greedy(torch_model, history, raw[1][1] + turn_images, 6)
+    np.testing.assert_allclose(second_b.logprobs, _transformers_logprobs(torch_model, history, raw[1][1] +
+                                                                         turn_images, second_b.token_ids),
+                               atol=1e-4, rtol=0)
+    assert first_a.token_ids == _transformers_greedy(torch_model, ids_a, raw[0][1], 6)
+
+
 def test_one_vision_program_per_patch_bucket_and_weight_swaps_do_not_recompile(tiny):
     _, model, _ = tiny
     sampler = Sampler(model)
