@@ -126,7 +126,9 @@ class RolloutSection:
     max_new_tokens: int = 2000   # per policy turn
     max_prompt_tokens: int = 2048
     max_live_episodes: int = 0   # at most this many episodes (environments, e.g. desktops) at once; 0 = all
-    continuous_batching: bool = True   # an ended episode's slot goes to the next at once (else: waves of tasks)
+    # An ended episode's slot goes to the next at once (else: waves of tasks); judgments and unit tests
+    # likewise refill their rows as generations end (else: fixed chunks).
+    continuous_batching: bool = True
 
     def __post_init__(self):
         validation.positive_int("tasks_per_step", self.tasks_per_step)

@@ -1,7 +1,8 @@
 """The reward model judges every policy step m times, from (step prompt, response, next observation).
 
 Judgments are independent single-turn generations, batched across all steps of all
-episodes, longest prompts together (less padding), in chunks that bound memory. A
+episodes, longest prompts first (less padding), in `batch_size` rows that bound memory: refilled as
+judgments end (`sampling.slots`, continuous batching), or in fixed chunks. A
 step's m judgments share one prompt, prefilled once and sampled m times. Judge prompts may hold
 images (a vision-language reward model sees screenshots, `agents.prompt_tokens`); such a prompt is
 never left-truncated (that could cut an image apart): one over the limit is kept whole and counted.
@@ -20,6 +21,8 @@ from rlanything_jax.agents.prompt_tokens import encode_prompt
 from rlanything_jax.agents.scenario import StepJudgePrompts
 from rlanything_jax.agents.trajectory import Episode, ParsedJudgment, StepJudgments, StepRecord
 from rlanything_jax.sampling.sampler import Sampler
+from rlanything_jax.sampling.slots import generate_in_slots, occupancy
+from rlanything_jax.sampling.stops import Completion
 from rlanything_jax.sampling.strategies import make_strategy
 from rlanything_jax.seeds import derive_seed
 
@@ -31,7 +34,8 @@ class JudgeConfig:
     temperature: float = 0.8
     top_p: float = 0.95
     top_k: int = 0
-    batch_size: int = 64          # generations per sampler call (batch_size // m prompts, at least one)
+    batch_size: int = 64          # generations at once (batch_size // m prompts, at least one)
+    continuous_batching: bool = True   # rows refilled as judgments end (else: chunks of batch_size)
     max_prompt_tokens: int = 4096  # longer judge prompts are left-truncated (counted)
     seed: int = 0
 
@@ -50,27 +54,53 @@ def judge_prompts(reward_model: Sampler, prompts: StepJudgePrompts, prompt_token
     """m judgments of each prompt (in the given order), longest prompts batched together; each prompt is
     prefilled once and sampled m times. `prompt_images[i]` are prompt i's images, if any."""
     metrics = metrics if metrics is not None else Counter()
-    m = config.num_judgments
-    order = sorted(range(len(prompt_tokens)), key=lambda i: len(prompt_tokens[i]), reverse=True)
-    strategy = make_strategy(config.temperature, config.top_k, config.top_p)
-    prompts_per_call = max(1, config.batch_size // m)
-    out: list[list[Judgment]] = [[] for _ in prompt_tokens]
     started = time.perf_counter()
-    for chunk_index, start in enumerate(range(0, len(order), prompts_per_call)):
-        chunk = order[start:start + prompts_per_call]
-        images = [list(prompt_images[i]) for i in chunk] if prompt_images is not None else []
-        # Text-only calls keep the plain signature (any object with `generate` can judge them).
-        with_images = {"images": images} if any(images) else {}
-        completions = reward_model.generate([list(prompt_tokens[i]) for i in chunk], config.max_new_tokens, strategy,
-                                            seed=derive_seed(config.seed, "chunk", chunk_index), num_samples=m,
-                                            **with_images)
-        for index, completion in enumerate(completions):  # prompt-major: m samples of chunk[0], then chunk[1]...
+    samples = sample_each(reward_model, prompt_tokens, config, metrics, "judge", prompt_images)
+    out: list[list[Judgment]] = []
+    for completions in samples:
+        out.append([])
+        for completion in completions:
             parsed = prompts.parse_judgment(completion.text or "")
             metrics[f"parse/{prompts.name}_judgment/{parsed.status}"] += 1
             metrics["judge_tokens"] += len(completion.token_ids)
-            out[chunk[index // m]].append(Judgment(parsed, completion.text or "", list(completion.token_ids),
-                                                   list(completion.logprobs)))
+            out[-1].append(Judgment(parsed, completion.text or "", list(completion.token_ids),
+                                    list(completion.logprobs)))
     metrics["time/judge_sampling_s"] += time.perf_counter() - started
+    return out
+
+
+def sample_each(reward_model: Sampler, prompt_tokens: Sequence[Sequence[int]], config: JudgeConfig, metrics: Counter,
+                tag: str, prompt_images: Sequence[Sequence] | None = None) -> list[list[Completion]]:
+    """`config.num_judgments` completions of each prompt (in the given order), at most `config.batch_size`
+    generations at once, longest prompts first; each prompt is prefilled once and sampled m times. With
+    continuous batching, rows are refilled as generations end (`<tag>/slot_occupancy` and the other slot
+    counts in `metrics`); a stand-in model with only `generate` (tests, probes) samples in chunks."""
+    m = config.num_judgments
+    order = sorted(range(len(prompt_tokens)), key=lambda i: len(prompt_tokens[i]), reverse=True)
+    strategy = make_strategy(config.temperature, config.top_k, config.top_p)
+    out: list[list[Completion]] = [[] for _ in prompt_tokens]
+    if config.continuous_batching and hasattr(reward_model, "join") and order:
+        images = [list(prompt_images[i]) for i in order] if prompt_images is not None else None
+        completions = generate_in_slots(reward_model, [list(prompt_tokens[i]) for i in order], config.max_new_tokens,
+                                        strategy, slots=config.batch_size, num_samples=m,
+                                        seed=derive_seed(config.seed, tag, "slots"), images=images, metrics=metrics,
+                                        tag=tag)
+        metrics[f"{tag}/slot_occupancy"] = occupancy(metrics, tag)
+        chunks = [(order, completions)]
+    else:
+        prompts_per_call = max(1, config.batch_size // m)
+        chunks = []
+        for chunk_index, start in enumerate(range(0, len(order), prompts_per_call)):
+            chunk = order[start:start + prompts_per_call]
+            images = [list(prompt_images[i]) for i in chunk] if prompt_images is not None else []
+            # Text-only calls keep the plain signature (any object with `generate` can sample them).
+            with_images = {"images": images} if any(images) else {}
+            chunks.append((chunk, reward_model.generate(
+                [list(prompt_tokens[i]) for i in chunk], config.max_new_tokens, strategy,
+                seed=derive_seed(config.seed, tag, chunk_index), num_samples=m, **with_images)))
+    for chunk, completions in chunks:
+        for index, completion in enumerate(completions):  # prompt-major: m samples of chunk[0], then chunk[1]...
+            out[chunk[index // m]].append(completion)
     return out
 
 

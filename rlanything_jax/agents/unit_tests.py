@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from rlanything_jax.agents.judging import JudgeConfig
+from rlanything_jax.agents.judging import JudgeConfig, sample_each
 from rlanything_jax.agents.scenario import ParsedUnitTest, UnitTestPrompts
 from rlanything_jax.agents.trajectory import Episode
 from rlanything_jax.envs.base import Task
@@ -29,8 +29,6 @@ from rlanything_jax.rl.normalize import masked_zscore
 from rlanything_jax.rl.rewards import unit_test_raw_rewards, unit_test_rewards
 from rlanything_jax.sampling.sampler import Sampler
 from rlanything_jax.sampling.stops import Completion
-from rlanything_jax.sampling.strategies import make_strategy
-from rlanything_jax.seeds import derive_seed
 
 Sample = tuple[tuple[int, ...], tuple[float, ...]]   # a generation's tokens and sampler log-probabilities
 
@@ -101,22 +99,10 @@ def judge_texts(prompts: UnitTestPrompts, task: Task, codes: Sequence[str], text
 
 def generate_samples(reward_model: Sampler, prompt_tokens: Sequence[Sequence[int]], config: JudgeConfig,
                      metrics: Counter) -> list[list[Completion]]:
-    """m completions of each prompt (in the given order): longest prompts batched together, at most
-    `config.batch_size` generations per sampler call; each prompt is prefilled once and sampled m times."""
-    m = config.num_judgments
-    order = sorted(range(len(prompt_tokens)), key=lambda i: len(prompt_tokens[i]), reverse=True)
-    strategy = make_strategy(config.temperature, config.top_k, config.top_p)
-    prompts_per_call = max(1, config.batch_size // m)
-    out: list[list[Completion]] = [[] for _ in prompt_tokens]
+    """m completions of each prompt (in the given order), as the judgments are sampled (`judging.sample_each`)."""
     started = time.perf_counter()
-    for chunk_index, start in enumerate(range(0, len(order), prompts_per_call)):
-        chunk = order[start:start + prompts_per_call]
-        completions = reward_model.generate([list(prompt_tokens[i]) for i in chunk], config.max_new_tokens,
-                                            strategy, seed=derive_seed(config.seed, "unit_tests", chunk_index),
-                                            num_samples=m)
-        for index, completion in enumerate(completions):  # prompt-major: m samples of chunk[0], then chunk[1]...
-            out[chunk[index // m]].append(completion)
-            metrics["unit_test_tokens"] += len(completion.token_ids)
+    out = sample_each(reward_model, prompt_tokens, config, metrics, "unit_tests")
+    metrics["unit_test_tokens"] += sum(len(c.token_ids) for completions in out for c in completions)
     metrics["time_unit_tests_s"] += time.perf_counter() - started
     return out
 

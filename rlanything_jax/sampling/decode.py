@@ -189,18 +189,24 @@ class DecodeSpec:
     pad_token_id: int = 0
 
 
-def decode(params: nnx.State, state: DecodeState, max_new_tokens: jax.Array, *, spec: DecodeSpec) -> DecodeState:
-    """Samples up to `max_new_tokens` (a traced scalar, at most the token buffer).
+def decode(params: nnx.State, state: DecodeState, max_new_tokens: jax.Array, max_steps: jax.Array, *,
+           spec: DecodeSpec) -> DecodeState:
+    """Samples up to `max_new_tokens` per row since its prompt (a traced scalar, at most the token buffer),
+    in at most `max_steps` steps (traced).
 
-    Stops when every row is done, the budget is spent, or the cache is full. Each
+    Stops when every row is done, the steps are spent, or the cache is full. Each
     sampled token is written to the cache right away (stop tokens too), so the state
-    is ready for a continuation. The loop runs once per window bucket, each pass
+    is ready for a continuation. A row's tokens go to its own next slot of the token
+    buffer, so a generation paused after `max_steps` goes on in the next call (slot
+    refills in between, `sampling.slots`). The loop runs once per window bucket, each pass
     attending over its own static window while the live length fits in it, so a
     step's cost follows the live length and not the allocated cache.
     """
     model = nnx.merge(spec.graphdef, params)
-    budget = jnp.minimum(max_new_tokens, state.tokens.shape[1])
+    buffer = state.tokens.shape[1]
+    budget = jnp.minimum(max_new_tokens, buffer)
     stop_ids = jnp.asarray(spec.stop_token_ids or (-1,), jnp.int32)
+    rows = jnp.arange(state.done.shape[0])
 
     def one_token(carry, window):
         state, step = carry
@@ -211,6 +217,7 @@ def decode(params: nnx.State, state: DecodeState, max_new_tokens: jax.Array, *, 
         # One read of the logits, not a written log-softmax over the vocabulary.
         logprob = (jnp.take_along_axis(state.logits, token[:, None], axis=-1)[:, 0]
                    - jax.nn.logsumexp(state.logits, axis=-1))
+        column = jnp.where(active, state.num_generated, buffer)   # out of range: dropped
         num_generated = state.num_generated + active
         done = state.done | (active & jnp.isin(token, stop_ids)) | (num_generated >= budget)
         hidden, cache = _forward_with_cache(model, state.cache, state.write_index, token[:, None], active[:, None],
@@ -221,9 +228,8 @@ def decode(params: nnx.State, state: DecodeState, max_new_tokens: jax.Array, *, 
             positions=state.positions + active,
             logits=model.logits(hidden)[:, 0],
             done=done,
-            tokens=jax.lax.dynamic_update_slice(state.tokens, token[:, None], (0, step)),
-            logprobs=jax.lax.dynamic_update_slice(state.logprobs, jnp.where(active, logprob, 0.0)[:, None],
-                                                  (0, step)),
+            tokens=state.tokens.at[rows, column].set(token, mode="drop"),
+            logprobs=state.logprobs.at[rows, column].set(logprob, mode="drop"),
             num_generated=num_generated,
             rng=jax.random.key_data(rng),
         )
@@ -232,7 +238,7 @@ def decode(params: nnx.State, state: DecodeState, max_new_tokens: jax.Array, *, 
     def keep_going(carry, window):
         state, step = carry
         # The next token goes to column write_index, which the window must hold.
-        return (step < budget) & ~jnp.all(state.done) & (state.write_index < window)
+        return (step < max_steps) & ~jnp.all(state.done) & (state.write_index < window)
 
     carry = (state, jnp.zeros((), jnp.int32))
     for window in spec.window_buckets:  # ends with the cache length
@@ -241,9 +247,12 @@ def decode(params: nnx.State, state: DecodeState, max_new_tokens: jax.Array, *, 
     return carry[0]
 
 
-def repack_rows(state: DecodeState, rows: jax.Array, *, batch: int, cache_length: int) -> DecodeState:
+def repack_rows(state: DecodeState, rows: jax.Array, write_column: jax.Array, *, batch: int,
+                cache_length: int) -> DecodeState:
     """A state of `batch` rows x `cache_length` columns (static) holding rows[i] of `state` as row i, each row's
-    valid columns moved to the front in order (rows[i] < 0: batch padding, done with no valid column).
+    valid columns moved to the front in order (rows[i] < 0: batch padding, done with no valid column). The
+    next tokens go to the column after the longest row, or to `write_column` if that is later (room before it
+    for prompts that join, `insert_rows`).
 
     No model runs: the cached keys already carry their rotary positions, which are per row, and attention
     masks by validity and column order, both kept. After episodes joined and left a shared conversation,
@@ -268,7 +277,7 @@ def repack_rows(state: DecodeState, rows: jax.Array, *, batch: int, cache_length
 
     cache = KVCache(k=tuple(gather(layer) for layer in state.cache.k),
                     v=tuple(gather(layer) for layer in state.cache.v), valid=packed_valid)
-    return state.replace(cache=cache, write_index=jnp.max(count).astype(jnp.int32),
+    return state.replace(cache=cache, write_index=jnp.maximum(jnp.max(count), write_column).astype(jnp.int32),
                          positions=state.positions[source], logits=state.logits[source],
                          done=state.done[source] | ~real, tokens=state.tokens[source],
                          logprobs=state.logprobs[source], num_generated=state.num_generated[source])

@@ -150,10 +150,10 @@ class Sampler:
                 return decode_lib.prefill(params, state, tokens, valid, inputs, graphdef=self.graphdef, **static)
             in_shardings = (self._param_shardings, state_shardings, batch_2d, batch_2d, None)
         elif kind == "decode":
-            def program(params, state, max_new_tokens):
+            def program(params, state, max_new_tokens, max_steps):
                 counter["decode"] += 1
-                return decode_lib.decode(params, state, max_new_tokens, **static)
-            in_shardings = (self._param_shardings, state_shardings, replicated)
+                return decode_lib.decode(params, state, max_new_tokens, max_steps, **static)
+            in_shardings = (self._param_shardings, state_shardings, replicated, replicated)
         elif kind == "truncate":
             def program(state, keep, start):
                 counter["truncate"] += 1
@@ -169,12 +169,13 @@ class Sampler:
             in_shardings = (state_shardings, self._state_shardings(source_shapes), replicated)
             donate = (0,)
         elif kind == "repack":
-            def program(state, rows):
+            def program(state, rows, write_column):
                 counter["repack"] += 1
-                return decode_lib.repack_rows(state, rows, **static)
+                return decode_lib.repack_rows(state, rows, write_column, **static)
             smaller = jax.eval_shape(functools.partial(decode_lib.repack_rows, **static), state,
-                                     jax.ShapeDtypeStruct((static["batch"],), jnp.int32))
-            return jax.jit(program, in_shardings=(state_shardings, replicated),
+                                     jax.ShapeDtypeStruct((static["batch"],), jnp.int32),
+                                     jax.ShapeDtypeStruct((), jnp.int32))
+            return jax.jit(program, in_shardings=(state_shardings, replicated, replicated),
                            out_shardings=self._state_shardings(smaller))
         elif kind == "replicate":
             def program(state, num_rows, num_samples):
@@ -241,42 +242,50 @@ class Sampler:
         self._append(conversation, new_tokens, length, images)
 
     def join(self, conversation: Conversation, rows: Sequence[int], prompts: Sequence[Sequence[int]],
-             images: Sequence[Sequence[ImageInput]] | None = None) -> None:
+             images: Sequence[Sequence[ImageInput]] | None = None, num_samples: int = 1) -> None:
         """Starts new conversations in `rows` of a running one (continuous batching): the prompts are prefilled
         on their own, batched, and their cache rows placed in the conversation's, ending at its write column;
         whatever those rows held is forgotten. The others keep their caches and do not wait for a prefill of
         the newcomers' length. The next `decode` generates for the new rows too (call it after any `extend`).
+        With num_samples = k, each prompt is prefilled once and takes k rows, prompt-major (as in `start`).
         """
-        if len(rows) != len(prompts) or not prompts:
-            raise ValueError(f"join needs one prompt per row, got {len(prompts)} prompts for rows {list(rows)}")
+        if len(rows) != len(prompts) * num_samples or not prompts:
+            raise ValueError(f"join needs {num_samples} rows per prompt, got {len(prompts)} prompts for rows "
+                             f"{list(rows)}")
         batch = conversation.state.done.shape[0]
         if any(not 0 <= row < batch for row in rows) or len(set(rows)) != len(rows):
             raise ValueError(f"join needs distinct rows of the conversation's {batch}, got {list(rows)}")
         length = bucket_length(max(len(p) for p in prompts), 16)
         if length > conversation.used_columns:
             raise ValueError(f"a {length}-column prompt bucket cannot end at column {conversation.used_columns}")
-        source = self.start(prompts, 0, cache_length=length, images=images)
+        source = self.start(prompts, 0, cache_length=length, num_samples=num_samples, images=images)
         targets = np.full(source.state.done.shape[0], batch, np.int32)   # batch padding rows: dropped
         targets[:len(rows)] = rows
         program = self._program("insert", conversation.state, source=jax.eval_shape(lambda s: s, source.state))
         conversation.state = program(conversation.state, source.state, self._replicated(targets))
         conversation.num_rows = max(conversation.num_rows, max(rows) + 1)
 
-    def repack(self, conversation: Conversation, rows: Sequence[int], cache_length: int) -> Conversation:
-        """A conversation of the given rows of this one, in that order (row i of the new one is rows[i]), each
-        row's cached tokens moved to the front of a `cache_length`-column cache: no prefill, only the cache
-        moved. Shrinks the batch when rows have left, and the attention window when rows joined and left
-        at different columns (continuous batching)."""
+    def repack(self, conversation: Conversation, rows: Sequence[int], cache_length: int,
+               write_column: int = 0) -> Conversation:
+        """A conversation of the given rows of this one, in that order (row i of the new one is rows[i]; -1:
+        an empty row), each row's cached tokens moved to the front of a `cache_length`-column cache: no
+        prefill, only the cache moved. Shrinks the batch when rows have left, and the attention window when
+        rows joined and left at different columns (continuous batching). The next tokens are written after
+        the longest row or at `write_column`, whichever is later (room for prompts that `join`)."""
         state = conversation.state
-        kept = multihost.to_host(state.cache.valid.sum(axis=1))[list(rows)] if rows else np.zeros(0)
+        counts = multihost.to_host(state.cache.valid.sum(axis=1))
+        kept = np.asarray([counts[row] for row in rows if row >= 0] + [write_column], np.int64)
         if not rows or int(kept.max()) > cache_length or cache_length > self.config.max_cache_length:
-            raise ValueError(f"repack needs rows whose tokens ({kept.tolist()}) fit {cache_length} columns, "
-                             f"at most max_cache_length {self.config.max_cache_length}")
+            raise ValueError(f"repack needs rows whose tokens ({kept[:-1].tolist()}) and write column "
+                             f"({write_column}) fit {cache_length} columns, at most max_cache_length "
+                             f"{self.config.max_cache_length}")
         batch = bucket_length(len(rows), 1)
         targets = np.full(batch, -1, np.int32)
         targets[:len(rows)] = rows
         program = self._program("repack", state, batch=batch, cache_length=cache_length)
-        return Conversation(state=program(state, self._replicated(targets)), num_rows=len(rows))
+        return Conversation(state=program(state, self._replicated(targets),
+                                          self._replicated(np.asarray(write_column, np.int32))),
+                            num_rows=len(rows))
 
     def _append(self, conversation: Conversation, token_lists: Sequence[Sequence[int]], length: int,
                 images: Sequence[Sequence[ImageInput]] | None = None) -> None:
@@ -357,11 +366,26 @@ class Sampler:
                seed: int = 0, stop_token_ids: Sequence[int] | None = None,
                stop_strings: Sequence[str] = ()) -> list[Completion]:
         """Generates for every row that has pending input; returns one Completion per real row."""
+        conversation.last_decode_start = conversation.used_columns
+        self.advance(conversation, max_new_tokens, max_new_tokens, strategy, seed, stop_token_ids)
+        if stop_token_ids is None:
+            stop_token_ids = self.tokenizer.stop_token_ids if self.tokenizer is not None else ()
+        completions, keep = finish_rows(conversation.state, conversation.num_rows, self.tokenizer,
+                                        stop_token_ids, stop_strings, max_new_tokens)
+        if keep is not None:
+            self._truncate(conversation, keep)
+        return completions
+
+    def advance(self, conversation: Conversation, max_new_tokens: int, max_steps: int,
+                strategy: SamplingStrategy = Greedy(), seed: int = 0,
+                stop_token_ids: Sequence[int] | None = None) -> None:
+        """At most `max_steps` decode steps of generations of up to `max_new_tokens` tokens per row (counted
+        since the row's prompt): a generation paused here goes on in the next call, its tokens kept in the
+        state (`sampling.slots` refills rows in between)."""
         state = conversation.state
         if max_new_tokens > state.tokens.shape[1]:
-            size = bucket_length(max_new_tokens, 16)
-            state = state.replace(tokens=jnp.zeros((state.done.shape[0], size), jnp.int32),
-                                  logprobs=jnp.zeros((state.done.shape[0], size), jnp.float32))
+            more = ((0, 0), (0, bucket_length(max_new_tokens, 16) - state.tokens.shape[1]))
+            state = state.replace(tokens=jnp.pad(state.tokens, more), logprobs=jnp.pad(state.logprobs, more))
             state = multihost.to_device(state, self._state_shardings(state))
         if stop_token_ids is None:
             stop_token_ids = self.tokenizer.stop_token_ids if self.tokenizer is not None else ()
@@ -370,14 +394,9 @@ class Sampler:
             window_buckets=window_buckets(conversation.cache_length, self.config.min_window),
             pad_token_id=self.config.pad_token_id)
         state = state.replace(rng=jax.random.key_data(jax.random.key(seed)))
-        conversation.last_decode_start = conversation.used_columns
         program = self._program("decode", state, spec=spec)
-        conversation.state = program(self.params, state, jnp.asarray(max_new_tokens, jnp.int32))
-        completions, keep = finish_rows(conversation.state, conversation.num_rows, self.tokenizer,
-                                        stop_token_ids, stop_strings, max_new_tokens)
-        if keep is not None:
-            self._truncate(conversation, keep)
-        return completions
+        conversation.state = program(self.params, state, jnp.asarray(max_new_tokens, jnp.int32),
+                                     jnp.asarray(max_steps, jnp.int32))
 
     def _truncate(self, conversation: Conversation, keep: np.ndarray) -> None:
         state = conversation.state

@@ -45,19 +45,25 @@ def finish_rows(state: DecodeState, num_rows: int, tokenizer: Any, stop_token_id
     stops = set(int(t) for t in stop_token_ids)
     completions, keep, cut_any = [], counts.copy(), False
     for row in range(num_rows):
-        ids = tokens[row, :counts[row]].tolist()
-        lps = logprobs[row, :counts[row]].tolist()
-        if not ids:
-            completions.append(Completion([], [], "" if tokenizer is not None else None, "idle"))
-            continue
-        reason = "stop" if ids[-1] in stops else "length" if len(ids) >= max_new_tokens else "cache_full"
-        body = ids[:-1] if reason == "stop" else ids
-        text = tokenizer.decode(body) if tokenizer is not None else None
-        hit = _first_stop(text, stop_strings) if text is not None else None
-        if hit is not None:
-            index, stop = hit
-            kept = _tokens_through_stop(tokenizer, body, stop)
-            ids, lps, text, reason = ids[:kept], lps[:kept], text[:index], "stop_string"
-            keep[row], cut_any = kept, cut_any or kept < counts[row]
-        completions.append(Completion(ids, lps, text, reason))
+        completion = completion_of(tokens[row, :counts[row]].tolist(), logprobs[row, :counts[row]].tolist(),
+                                   tokenizer, stops, stop_strings, max_new_tokens)
+        if completion.finish_reason == "stop_string":
+            keep[row], cut_any = len(completion.token_ids), cut_any or len(completion.token_ids) < counts[row]
+        completions.append(completion)
     return completions, (keep if cut_any else None)
+
+
+def completion_of(ids: list[int], lps: list[float], tokenizer: Any, stops: set[int], stop_strings: Sequence[str],
+                  max_new_tokens: int) -> Completion:
+    """One row's generated tokens as a Completion, cut after the first stop string."""
+    if not ids:
+        return Completion([], [], "" if tokenizer is not None else None, "idle")
+    reason = "stop" if ids[-1] in stops else "length" if len(ids) >= max_new_tokens else "cache_full"
+    body = ids[:-1] if reason == "stop" else ids
+    text = tokenizer.decode(body) if tokenizer is not None else None
+    hit = _first_stop(text, stop_strings) if text is not None else None
+    if hit is not None:
+        index, stop = hit
+        kept = _tokens_through_stop(tokenizer, body, stop)
+        return Completion(ids[:kept], lps[:kept], text[:index], "stop_string")
+    return Completion(ids, lps, text, reason)

@@ -49,10 +49,12 @@ def reward_model(tmp_path_factory):
     return Sampler(load_pretrained(path), tokenizer=_Tokenizer())
 
 
-@pytest.mark.parametrize("batch_size", [4, 7])  # one prompt (3 rows) per call, then two (6 rows)
-def test_judgments_fill_every_slot_from_one_prefill_per_step(reward_model, batch_size):
+@pytest.mark.parametrize("continuous_batching", [True, False])   # rows refilled as judgments end, or chunks
+@pytest.mark.parametrize("batch_size", [4, 7])  # one prompt (3 rows) at once, then two (6 rows)
+def test_judgments_fill_every_slot_from_one_prefill_per_step(reward_model, batch_size, continuous_batching):
     episodes = [_episode("fetch the cup", 3), _episode("open door", 2), _episode("broken", 2, env_error="crash")]
-    config = JudgeConfig(num_judgments=3, max_new_tokens=5, temperature=0.0, batch_size=batch_size)
+    config = JudgeConfig(num_judgments=3, max_new_tokens=5, temperature=0.0, batch_size=batch_size,
+                         continuous_batching=continuous_batching)
     metrics = Counter()
     rows_before = reward_model.prefilled["rows"]
     judgments = judge_episodes(reward_model, _Scenario(), episodes, config, metrics)
@@ -75,6 +77,9 @@ def test_judgments_fill_every_slot_from_one_prefill_per_step(reward_model, batch
                 assert (judged.scores[t, j], judged.valid[t, j]) == (parsed.score, parsed.valid)
     assert sum(v for k, v in metrics.items() if k.startswith("parse/toy_judgment/")) == 15
     assert metrics["judge_tokens"] == 15 * 5
+    assert ("judge/slot_occupancy" in metrics) == continuous_batching
+    if continuous_batching:   # every judgment runs 5 tokens: rows end together and the next prompts start afresh
+        assert metrics["judge/busy_slot_steps"] == 15 * 5 and metrics["judge/joined_rows"] == 0
 
 
 def test_sampled_judgments_of_one_step_differ(reward_model):
