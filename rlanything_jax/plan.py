@@ -54,8 +54,9 @@ USAGE = """usage: python -m rlanything_jax.plan --config=FILE.py[:VARIANT] --dev
 """
 ASSUMPTIONS = ("per-device bytes from XLA:CPU compiles on fake devices: close to, not equal to, TPU/GPU buffer "
                "sizes; analytic figures are model-level estimates (flash-style attention unless attention_impl=xla, "
-               "Adam moments in the "
-               "parameters' dtype, samplers sharing their learner's parameters); XLA:CPU's compiled temporaries ignore "
+               "Adam moments in float32 beside a float32 master copy of low-precision parameters (master_copy), "
+               "else in the parameters' dtype, samplers sharing their learner's parameters); XLA:CPU's compiled "
+               "temporaries ignore "
                "remat (its scheduler hoists recomputation): the analytic activations follow it")
 
 

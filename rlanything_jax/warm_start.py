@@ -57,6 +57,9 @@ def train_supervised(learner: Learner, state: TrainState, examples: Sequence[Exa
     if not examples or not epochs:
         return state
     sft_learner = supervised(learner, cfg.learning_rate, cfg.batch_size, len(examples))
-    trained, _ = sft.supervised_epochs(sft_learner, init_train_state(state.params, sft_learner.tx), examples,
+    start = init_train_state(state.params, sft_learner.tx, master_copy=sft_learner.train_config.master_copy)
+    trained, _ = sft.supervised_epochs(sft_learner, start, examples,
                                        epochs, derive_seed(seed, "sft", prefix), prefix, log)
-    return learner.fresh_state(trained.params)   # with a frozen KL reference, the warm-started model is it
+    fresh = learner.fresh_state(trained.params)   # with a frozen KL reference, the warm-started model is it
+    # A float32 master copy goes on from the SFT's own, not from its bfloat16 rounding.
+    return fresh if fresh.master is None or trained.master is None else fresh.replace(master=trained.master)

@@ -29,13 +29,16 @@ def _devices_needed(count: int):
         pytest.skip(f"needs {count} CPU devices (XLA_FLAGS=--xla_force_host_platform_device_count={count})")
 
 
-def test_analytic_state_bytes_match_the_compiled_train_step():
+# float32 parameters and two Adam moments; bfloat16 parameters (2 bytes), their float32 master copy (4) and
+# float32 moments (8)
+@pytest.mark.parametrize("dtype, state_per_parameter_byte", [("float32", 3), ("bfloat16", 7)])
+def test_analytic_state_bytes_match_the_compiled_train_step(dtype, state_per_parameter_byte):
     _devices_needed(8)
-    cfg = load_config(DEFAULT_CONFIG, TINY)
+    cfg = load_config(DEFAULT_CONFIG, TINY + [f"model.policy.dtype={dtype}"])
     models = plan._models(cfg, ("policy", "reward"))
     paper = estimate(cfg, models, 8, micro_batches=2)
     state = sum(paper.resident[k] for k in paper.resident_of["policy train step"])
-    assert state == paper.resident["policy parameters"] * 3   # float32 parameters and two Adam moments
+    assert state == paper.resident["policy parameters"] * state_per_parameter_byte
 
     mesh = sharding.build_mesh(dict(cfg.mesh.shape))
     load = workload(cfg, {"policy": False, "reward": False}, micro_batches=2)

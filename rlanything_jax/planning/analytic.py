@@ -72,16 +72,22 @@ def vision_param_bytes(params: nnx.State, mesh: Mesh) -> int:
 @dataclasses.dataclass(frozen=True)
 class LearnerBytes:
     parameters: int
-    optimizer: int       # Adam's two moments (the parameters' dtype, as optax keeps them)
+    optimizer: int       # Adam's two moments (the parameters' dtype as optax keeps them, or the master copy's)
     reference: int       # a frozen copy of the parameters (kl_reference="initial")
     gradients: int       # one micro-batch's, plus the accumulator when there are several
+    master: int = 0      # a float32 copy of low-precision parameters (master_copy)
 
 
 def learner_bytes(params: nnx.State, mesh: Mesh, train_cfg, micro_batches: int, freeze_vision: bool) -> LearnerBytes:
     parameters = per_device_bytes(params, mesh)
-    trained = parameters - (vision_param_bytes(params, mesh) if freeze_vision else 0)
+    as_float32 = per_device_bytes(params, mesh, itemsize=4)
+    master = as_float32 if getattr(train_cfg, "master_copy", False) and as_float32 != parameters else 0
+    vision = vision_param_bytes(params, mesh) if freeze_vision else 0
+    trained = (master or parameters) - (vision * as_float32 // max(parameters, 1) if master else vision)
     reference = parameters if train_cfg.kl_reference == "initial" else 0
-    return LearnerBytes(parameters, 2 * trained, reference, parameters * (2 if micro_batches > 1 else 1))
+    # With a master copy the gradients are accumulated in float32 (rl/train_step.py).
+    accumulator = (master or parameters) if micro_batches > 1 else 0
+    return LearnerBytes(parameters, 2 * trained, reference, parameters + accumulator, master)
 
 
 def rows_per_device(rows: int, mesh: Mesh) -> int:

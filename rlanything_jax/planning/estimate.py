@@ -67,6 +67,8 @@ def estimate(cfg: RunConfig, models: dict, num_devices: int, micro_batches: int 
         learner = analytic.learner_bytes(model.params, mesh, train_cfg, shapes.micro_batches, cfg.model.freeze_vision)
         resident[f"{role} parameters"] = learner.parameters
         resident[f"{role} optimizer"] = learner.optimizer
+        if learner.master:
+            resident[f"{role} master copy"] = learner.master
         if learner.reference:
             resident[f"{role} reference"] = learner.reference
         programs[f"{role} train step"] = {

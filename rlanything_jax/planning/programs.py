@@ -112,7 +112,8 @@ def lower_train_step(cfg: RunConfig, role: str, shapes: TrainShapes, mesh: Mesh)
                                                             arch.vl.vision.spatial_merge_size, cfg.model.freeze_vision)
         learner = Learner(graphdef=graphdef, train_config=train_cfg, mesh=mesh, eos_id=0, pad_id=0,
                           rules=cfg.sharding.logical_axis_rules, images=images)
-        state = jax.eval_shape(lambda p: init_train_state(p, learner.tx, train_cfg.kl_reference == "initial"), params)
+        state = jax.eval_shape(lambda p: init_train_state(p, learner.tx, train_cfg.kl_reference == "initial",
+                                                          train_cfg.master_copy), params)
         batch = _abstract_batch(arch, shapes, cfg.model.freeze_vision)
         return learner._step_fn(state, batch, shapes.micro_batches).lower(state, batch)
 
@@ -141,7 +142,7 @@ def _decode_state(sampler: Sampler, rows: int, shapes: SamplerShapes):
 
 
 def _image_inputs(arch: Architecture, rows: int, shapes: SamplerShapes, dtype) -> ModelInputs:
-    """Every row's image embeddings and DeepStack features, as `Sampler._image_inputs` pads them."""
+    """Every row's image embeddings and DeepStack features, as `VisionInputs.inputs` pads them."""
     count = bucket_length(rows * shapes.images_per_row * shapes.image_tokens, 16)
     embed, levels = arch.text.hidden_size, len(arch.vl.vision.deepstack_visual_indexes)
     sds = jax.ShapeDtypeStruct
@@ -187,7 +188,7 @@ def lower_decode(cfg: RunConfig, role: str, shapes: SamplerShapes, mesh: Mesh) -
 
 
 def lower_vision(cfg: RunConfig, role: str, shapes: SamplerShapes, mesh: Mesh) -> Callable[[Architecture], object]:
-    """The sampler's vision tower over one image's bucketed patches (`Sampler._image_features`)."""
+    """The sampler's vision tower over one image's bucketed patches (`VisionInputs.features`)."""
     model_cfg = getattr(cfg.model, role)
 
     def lower(arch: Architecture):

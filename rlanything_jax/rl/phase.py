@@ -72,7 +72,8 @@ class Learner:
     def fresh_state(self, params) -> TrainState:
         """A new train state at `params` for this learner: its optimizer, and a frozen copy of `params` as
         the KL's reference when `kl_reference="initial"`."""
-        state = init_train_state(params, self.tx, frozen_reference=self.train_config.kl_reference == "initial")
+        state = init_train_state(params, self.tx, frozen_reference=self.train_config.kl_reference == "initial",
+                                 master_copy=self.train_config.master_copy)
         # Laid out as the train step wants it (global arrays, also for the counts a multi-process save reads).
         return multihost.to_device(state, train_state_shardings(state, self.tx, self.mesh, self.rules))
 

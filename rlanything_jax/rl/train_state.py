@@ -24,6 +24,9 @@ class TrainState:
     # from. None: the KL is against the rollout's log-probabilities (the pre-update snapshot), as the
     # reference implementation does.
     reference: nnx.State | None = None
+    # A float32 copy of low-precision parameters that updates apply to (`TrainConfig.master_copy`); the
+    # optimizer's moments are then float32 too. None: updates apply to `params` in their own dtype.
+    master: nnx.State | None = None
 
 
 def learning_rate_schedule(config: TrainConfig | Mapping[str, Any]) -> optax.Schedule:
@@ -47,17 +50,21 @@ def make_optimizer(config: TrainConfig | Mapping[str, Any]) -> optax.GradientTra
     return adamw
 
 
-def init_train_state(params: nnx.State, tx: optax.GradientTransformation,
-                     frozen_reference: bool = False) -> TrainState:
+def init_train_state(params: nnx.State, tx: optax.GradientTransformation, frozen_reference: bool = False,
+                     master_copy: bool = False) -> TrainState:
     """A fresh state at `params`; with `frozen_reference`, a copy of them is kept as the KL's reference
-    (a copy: the train step donates the state, and one buffer cannot be donated twice)."""
+    (a copy: the train step donates the state, and one buffer cannot be donated twice); with `master_copy`,
+    a float32 copy of them if any is in a lower precision."""
     reference = jax.tree.map(jnp.copy, params) if frozen_reference else None
-    return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params), reference=reference)
+    low_precision = any(leaf.dtype != jnp.float32 for leaf in jax.tree.leaves(params))
+    master = jax.tree.map(lambda p: p.astype(jnp.float32), params) if master_copy and low_precision else None
+    return TrainState(step=jnp.zeros((), jnp.int32), params=params, reference=reference, master=master,
+                      opt_state=tx.init(params if master is None else master))
 
 
 def reset_optimizer(state: TrainState, tx: optax.GradientTransformation) -> TrainState:
     """Fresh optimizer moments, as the reference does at every RL step (an option here)."""
-    return state.replace(opt_state=tx.init(state.params))
+    return state.replace(opt_state=tx.init(state.params if state.master is None else state.master))
 
 
 def train_state_shardings(state_shapes: TrainState, tx: optax.GradientTransformation, mesh: Mesh,
@@ -73,4 +80,5 @@ def train_state_shardings(state_shapes: TrainState, tx: optax.GradientTransforma
         state_shapes.opt_state, param_shardings, transform_non_params=lambda _: replicated,
         is_leaf=lambda x: isinstance(x, optax.MaskedNode))
     return TrainState(step=replicated, params=param_shardings, opt_state=opt_shardings,
-                      reference=None if state_shapes.reference is None else param_shardings)
+                      reference=None if state_shapes.reference is None else param_shardings,
+                      master=None if state_shapes.master is None else param_shardings)

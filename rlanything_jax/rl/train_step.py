@@ -150,9 +150,11 @@ def train_step(state: TrainState, batch: TrainBatch, spec: TrainSpec) -> tuple[T
     def accumulate(carry, micro):
         grads_sum, sums_total = carry
         (_, sums), grads = grad_fn(state.params, micro, spec, state.reference)
-        return (jax.tree.map(jnp.add, grads_sum, grads), jax.tree.map(jnp.add, sums_total, sums)), None
+        grads_sum = jax.tree.map(lambda total, g: total + g.astype(total.dtype), grads_sum, grads)
+        return (grads_sum, jax.tree.map(jnp.add, sums_total, sums)), None
 
-    zero_grads = jax.tree.map(jnp.zeros_like, state.params)
+    # Summed in float32 when a float32 master copy takes the update (bfloat16 sums would round each term).
+    zero_grads = jax.tree.map(jnp.zeros_like, state.params if state.master is None else state.master)
     sums_shapes = jax.eval_shape(lambda: _micro_objective(state.params, jax.tree.map(lambda x: x[0], micro_batches),
                                                           spec, state.reference)[1])
     zero_sums = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), sums_shapes)
@@ -164,13 +166,20 @@ def _apply(state: TrainState, grad_sums, sums: PPOSums, spec: TrainSpec) -> tupl
     """The update from the summed gradients of a whole batch: divided once by its weight (a batch that
     trains nothing has zero gradients)."""
     weight = jnp.where(sums.weight > 0, sums.weight, 1.0)
-    grads = jax.tree.map(lambda g: (g / weight).astype(g.dtype), grad_sums)
-    updates, opt_state = spec.tx.update(grads, state.opt_state, state.params)
-    params = optax.apply_updates(state.params, updates)
+    master = state.master
+    if master is None:
+        grads = jax.tree.map(lambda g: (g / weight).astype(g.dtype), grad_sums)
+        updates, opt_state = spec.tx.update(grads, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
+    else:   # the update in float32 on the master copy; the parameters are its rounding
+        grads = jax.tree.map(lambda g: g.astype(jnp.float32) / weight, grad_sums)
+        updates, opt_state = spec.tx.update(grads, state.opt_state, master)
+        master = optax.apply_updates(master, updates)
+        params = jax.tree.map(lambda m, p: m.astype(p.dtype), master, state.params)
     loss, metrics = ppo_loss_from_sums(sums, spec.kl_beta)
     metrics = dict(metrics, loss=loss, grad_norm=optax.tree.norm(grads), loss_weight=sums.weight,
                    trained_tokens=sums.trained_tokens)
-    return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
+    return state.replace(step=state.step + 1, params=params, opt_state=opt_state, master=master), metrics
 
 
 # The policy and the reward model share the loss; only their data and settings differ.

@@ -22,10 +22,11 @@ from jax.sharding import Mesh
 
 from rlanything_jax import multihost
 from rlanything_jax import sharding as sharding_lib
-from rlanything_jax.interfaces import CausalLM, ModelInputs
-from rlanything_jax.models.qwen3_vl.patches import bucket_patches, patch_layout
-from rlanything_jax.models.qwen3_vl.processor import ImageInput, get_rope_index
+from rlanything_jax.interfaces import CausalLM
+from rlanything_jax.models.qwen3_vl.processor import ImageInput
 from rlanything_jax.sampling import decode as decode_lib
+from rlanything_jax.sampling.buckets import bucket_length
+from rlanything_jax.sampling.vision_inputs import VisionInputs
 from rlanything_jax.sampling.stops import Completion, finish_rows
 from rlanything_jax.sampling.strategies import Greedy, SamplingStrategy
 
@@ -36,15 +37,6 @@ class SamplerConfig:
     min_window: int = 128          # smallest attention window over the cache
     cache_dtype: str | None = None  # default: the model's compute dtype
     pad_token_id: int = 0
-
-
-def bucket_length(n: int, minimum: int) -> int:
-    """Powers of two up to 1024, then multiples of 1024: few shapes, at most 2x padding.
-    (Prompts are bucketed with minimum 16, appended tokens with minimum 1.)"""
-    n = max(n, minimum)
-    if n <= 1024:
-        return 1 << (n - 1).bit_length()
-    return -(-n // 1024) * 1024
 
 
 def window_buckets(cache_length: int, min_window: int) -> tuple[int, ...]:
@@ -93,6 +85,8 @@ class Sampler:
         self.prefilled: collections.Counter[str] = collections.Counter()
         self._programs: dict[tuple, Any] = {}
         self.vl_config = getattr(model, "vl_config", None)   # set for vision-language models (Qwen3-VL)
+        self._vision = (VisionInputs(self.vl_config, self.graphdef, self._param_shardings, self.compilations)
+                        if self.vl_config is not None else None)
 
     # ------------------------------------------------------------------ weights
 
@@ -302,7 +296,9 @@ class Sampler:
         self.prefilled.update(rows=sum(1 for ids in token_lists if ids),
                               tokens=sum(len(ids) for ids in token_lists))
         if images is not None and any(images):
-            inputs = self._image_inputs(state, tokens, valid, images)
+            if self._vision is None:
+                raise ValueError("images need a vision-language model (one with a vl_config)")
+            inputs = self._vision.inputs(self.params, multihost.to_host(state.positions), tokens, valid, images)
             program = self._program("prefill_images", state, window=window, image_tokens=inputs.embeddings.shape[0])
             tokens, valid = multihost.to_device((tokens, valid), self._rows_sharding(state, 2))
             conversation.state = program(self.params, state, tokens, valid, inputs)
@@ -310,57 +306,6 @@ class Sampler:
         program = self._program("prefill", state, window=window)
         tokens, valid = multihost.to_device((tokens, valid), self._rows_sharding(state, 2))
         conversation.state = program(self.params, state, tokens, valid)
-
-    # ------------------------------------------------------------------ images
-
-    def _image_features(self, image: ImageInput) -> tuple[jax.Array, jax.Array]:
-        """Embeddings and DeepStack features of one image. Its patches are padded to a bucket
-        (`patches.bucket_patches`) and its grid goes in as arrays (`PatchLayout`): one vision
-        program per bucket, whatever the image sizes in it."""
-        tower = self.vl_config.vision
-        count = int(np.prod(image.grid_thw))
-        size = bucket_patches(count)
-        layout = patch_layout([image.grid_thw], tower.spatial_merge_size, size)
-        key = ("vision", size)
-        if key not in self._programs:
-            counter, graphdef = self.compilations, self.graphdef
-
-            def program(params, pixel_values, layout):
-                counter["vision"] += 1
-                model = nnx.merge(graphdef, params)
-                return model.visual(pixel_values.astype(model.dtype), layout)
-
-            self._programs[key] = jax.jit(program, in_shardings=(self._param_shardings, None, None))
-        pixel_values = np.zeros((size, image.pixel_values.shape[-1]), np.float32)
-        pixel_values[:count] = image.pixel_values
-        embeddings, deepstack = self._programs[key](self.params, pixel_values, layout)
-        tokens = count // tower.spatial_merge_size ** 2
-        return embeddings[:tokens], deepstack[:, :tokens]
-
-    def _image_inputs(self, state: decode_lib.DecodeState, tokens: np.ndarray, valid: np.ndarray,
-                      images: Sequence[Sequence[ImageInput]]) -> ModelInputs:
-        """Image embeddings (each image through the vision tower once, rows padded to a bucket so that
-        prefills compile per bucket) and M-RoPE positions continuing each row's position."""
-        if self.vl_config is None:
-            raise ValueError("images need a vision-language model (one with a vl_config)")
-        cfg = self.vl_config
-        flat = [image for row in images for image in row]
-        features = [self._image_features(image) for image in flat]
-        embeddings = jnp.concatenate([f[0] for f in features], axis=0)
-        deepstack = jnp.concatenate([f[1] for f in features], axis=1)
-        count = embeddings.shape[0]
-        bucket = bucket_length(count, 16)
-        embeddings = jnp.pad(embeddings, ((0, bucket - count), (0, 0)))
-        deepstack = jnp.pad(deepstack, ((0, 0), (0, bucket - count), (0, 0)))
-        placeholder = (tokens == cfg.image_token_id) & valid.astype(bool)
-        if int(placeholder.sum()) != count:
-            raise ValueError(f"the new tokens hold {int(placeholder.sum())} image pads for {count} image tokens")
-        grids = np.asarray([image.grid_thw for image in flat], np.int64).reshape(-1, 3)
-        positions, _ = get_rope_index(tokens, grids, cfg.image_token_id, valid, cfg.vision.spatial_merge_size)
-        offsets = multihost.to_host(state.positions)[None, :, None]
-        positions = np.where(valid[None].astype(bool), positions + offsets, 0).astype(np.int32)
-        return ModelInputs(embeddings=embeddings, placeholder=jnp.asarray(placeholder),
-                           position_ids=jnp.asarray(positions), deepstack=deepstack)
 
     def decode(self, conversation: Conversation, max_new_tokens: int, strategy: SamplingStrategy = Greedy(),
                seed: int = 0, stop_token_ids: Sequence[int] | None = None,
