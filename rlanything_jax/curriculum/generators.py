@@ -141,12 +141,28 @@ class EnvironmentModel:
             self.metrics[f"{tag}/prompt_too_long"] += len(prompts) - len(fitting)
         texts: list[str | None] = [None] * len(prompts)
         if fitting:
-            completions = self.sampler.generate([token_lists[i] for i in fitting], max_new_tokens, self.strategy,
-                                                seed=seed)
-            for i, completion in zip(fitting, completions):
+            for i, completion in zip(fitting, self._sample([token_lists[i] for i in fitting], max_new_tokens, seed)):
                 texts[i] = completion.text or ""
                 self.metrics[f"{tag}/generated_tokens"] += len(completion.token_ids)
         return texts
+
+    def _sample(self, token_lists: list[list[int]], max_new_tokens: int, seed: int) -> list:
+        """One completion per prompt. Repeated prompts (a rewrite asked for several times) are prefilled once
+        and sampled that many times when every distinct prompt repeats equally often."""
+        distinct: dict[tuple[int, ...], list[int]] = {}
+        for index, tokens in enumerate(token_lists):
+            distinct.setdefault(tuple(tokens), []).append(index)
+        repeats = {len(indices) for indices in distinct.values()}
+        if len(repeats) != 1 or repeats == {1}:
+            return self.sampler.generate(token_lists, max_new_tokens, self.strategy, seed=seed)
+        k = repeats.pop()
+        completions = self.sampler.generate([list(tokens) for tokens in distinct], max_new_tokens, self.strategy,
+                                            seed=seed, num_samples=k)
+        out: list = [None] * len(token_lists)
+        for group, indices in enumerate(distinct.values()):   # prompt-major: k samples of each distinct prompt
+            for j, index in enumerate(indices):
+                out[index] = completions[group * k + j]
+        return out
 
 
 # ---------------------------------------------------------------- chain

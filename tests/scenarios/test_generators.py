@@ -295,14 +295,15 @@ def test_pass_rates_are_measured_from_the_episodes_programs(sum_two):
 
 
 class CountingSampler:
-    """The real sampler, recording the batch size of each generate call."""
+    """The real sampler, recording each generate call's generations (batches) and prompts prefilled."""
 
     def __init__(self, sampler):
-        self._sampler, self.batches = sampler, []
+        self._sampler, self.batches, self.prefilled = sampler, [], []
         self.tokenizer, self.config = sampler.tokenizer, sampler.config
 
     def generate(self, prompts, *args, **kwargs):
-        self.batches.append(len(prompts))
+        self.batches.append(len(prompts) * kwargs.get("num_samples", 1))
+        self.prefilled.append(len(prompts))
         return self._sampler.generate(prompts, *args, **kwargs)
 
 
@@ -339,7 +340,7 @@ def test_random_env_model_on_coding_counts_and_returns_none(env_model, sum_two, 
     model = ProblemRewriteGenerator(EnvironmentModel(sampler, seed=2), max_new_tokens=8)
     episodes = [JudgedEpisode(Episode(task=sum_two, group_index=0, steps=[_step(sum_two.goal, "print(0)")]))]
     assert model.propose(sum_two, sum_two, "easier", 0.0, episodes, step=1) is None
-    assert sampler.batches == [3]
+    assert sampler.batches == [3] and sampler.prefilled == [1]   # the rewrite prompt, prefilled once
     assert model.metrics["coding/problem/unparseable"] == 3 and model.metrics["env_model/coding/none"] == 1
     function_task = Task("HumanEval/0", "coding", "x", {"format": "function"})
     assert model.propose(function_task, function_task, "harder", 1.0, [], step=1) is None
@@ -358,3 +359,15 @@ def test_prompts_too_long_for_the_cache_are_dropped_and_counted(env_model, raw_a
     assert model.metrics["alfworld/summary/prompt_too_long"] == 2
     assert model.metrics["alfworld/goal/prompt_too_long"] == 2 and model.metrics["alfworld/goal/not_generated"] == 2
     assert coding_model.metrics["coding/problem/prompt_too_long"] == 3
+
+
+def test_repeated_prompts_are_prefilled_once_and_answered_in_their_places(env_model):
+    sampler = CountingSampler(env_model)
+    model = EnvironmentModel(sampler, temperature=0.0)   # greedy: every sample of a prompt is its one answer
+    first, second = ([{"role": "user", "content": text}] for text in ("Rewrite the task.", "Make it harder, please."))
+    texts = model.generate([first, second, first, second], 6, seed=0, tag="t")
+    alone = [model.generate([prompt], 6, seed=0, tag="t")[0] for prompt in (first, second)]
+    assert texts == alone * 2 and alone[0] != alone[1]
+    assert sampler.prefilled[0] == 2 and sampler.batches[0] == 4
+    assert model.generate([first, first, second], 6, seed=0, tag="t") == [alone[0], alone[0], alone[1]]
+    assert sampler.prefilled[-1] == 3   # unequal repeats: one row per prompt, as before
