@@ -65,8 +65,8 @@ def per_device_bytes(params: nnx.State, mesh: Mesh, itemsize: int | None = None)
     return total
 
 
-def vision_param_bytes(params: nnx.State, mesh: Mesh) -> int:
-    return per_device_bytes(params["visual"], mesh) if "visual" in params else 0
+def vision_param_bytes(params: nnx.State, mesh: Mesh, itemsize: int | None = None) -> int:
+    return per_device_bytes(params["visual"], mesh, itemsize) if "visual" in params else 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,11 +81,12 @@ class LearnerBytes:
 def learner_bytes(params: nnx.State, mesh: Mesh, train_cfg, micro_batches: int, freeze_vision: bool) -> LearnerBytes:
     parameters = per_device_bytes(params, mesh)
     as_float32 = per_device_bytes(params, mesh, itemsize=4)
-    master = as_float32 if getattr(train_cfg, "master_copy", False) and as_float32 != parameters else 0
-    vision = vision_param_bytes(params, mesh) if freeze_vision else 0
-    trained = (master or parameters) - (vision * as_float32 // max(parameters, 1) if master else vision)
+    master = as_float32 if train_cfg.master_copy and as_float32 != parameters else 0
+    # With a master copy, the moments and the gradients' accumulator are float32 (rl/train_step.py).
+    itemsize = 4 if master else None
+    trained = per_device_bytes(params, mesh, itemsize) - (vision_param_bytes(params, mesh, itemsize)
+                                                          if freeze_vision else 0)
     reference = parameters if train_cfg.kl_reference == "initial" else 0
-    # With a master copy the gradients are accumulated in float32 (rl/train_step.py).
     accumulator = (master or parameters) if micro_batches > 1 else 0
     return LearnerBytes(parameters, 2 * trained, reference, parameters + accumulator, master)
 

@@ -52,6 +52,7 @@ def generate_in_slots(sampler: Sampler, prompts: Sequence[Sequence[int]], max_ne
                              f"max_cache_length {sampler.config.max_cache_length}")
     if stop_token_ids is None:
         stop_token_ids = sampler.tokenizer.stop_token_ids if sampler.tokenizer is not None else ()
+    stops = set(int(t) for t in stop_token_ids)
     run = _Slots(sampler, prompts, max_new_tokens, num_samples, max(slots // num_samples, 1) * num_samples,
                  images, metrics, tag)
     call = 0
@@ -63,7 +64,7 @@ def generate_in_slots(sampler: Sampler, prompts: Sequence[Sequence[int]], max_ne
                         derive_seed(seed, "slots", call), stop_token_ids)
         call += 1
         metrics[f"{tag}/slot_steps"] += (run.conversation.used_columns - columns) * run.capacity
-        run.read_out(before, set(int(t) for t in stop_token_ids))
+        run.read_out(before, stops)
     return run.out
 
 
