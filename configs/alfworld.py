@@ -15,9 +15,8 @@ def get_config(variant: str = "paper"):
     common.check_variant("configs/alfworld.py", variant, VARIANTS)
     cfg = common.base_config("alfworld")
     if variant in ("paper", "tpu_v5e_64"):
-        cfg.model.policy.path = "checkpoints/Qwen2.5-7B-Instruct"
-        cfg.model.reward.path = "checkpoints/Qwen2.5-7B-Instruct"
-        cfg.model.environment.path = "checkpoints/Qwen3-8B"
+        common.use_8b_models(cfg, "checkpoints/Qwen2.5-7B-Instruct", "checkpoints/Qwen2.5-7B-Instruct",
+                             "checkpoints/Qwen3-8B")
     if variant == "tpu_v5e_64":
         # `python -m rlanything_jax.plan --config=configs/alfworld.py:tpu_v5e_64 --devices=64
         # --device_memory_gib=16 --analytic_only`: 6.2 GiB per device (policy train step), with the float32

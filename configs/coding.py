@@ -27,9 +27,8 @@ def get_config(variant: str = "paper"):
     cfg.env.update(num_train_tasks=128, num_eval_tasks=36)
     cfg.eval.update(group_size=3, temperature=0.0, max_turns=1)
     if variant == "paper":
-        cfg.model.policy.path = "checkpoints/Qwen2.5-7B-Instruct"
-        cfg.model.reward.path = "checkpoints/Qwen2.5-7B-Instruct"
-        cfg.model.environment.path = "checkpoints/Qwen3-8B"
+        common.use_8b_models(cfg, "checkpoints/Qwen2.5-7B-Instruct", "checkpoints/Qwen2.5-7B-Instruct",
+                             "checkpoints/Qwen3-8B")
     if variant in ("cpu", "smoke"):
         common.use_float32_models(cfg)
         cfg.tasks.update(source="easy", prompt_style="compact")   # short prompts: every token costs on a CPU

@@ -28,6 +28,13 @@ def use_float32_models(cfg: ml_collections.ConfigDict) -> None:
         cfg.model[role].update(dtype="float32", compute_dtype="float32")
 
 
+def use_8b_models(cfg: ml_collections.ConfigDict, policy: str, reward: str, environment: str) -> None:
+    """The paper's checkpoints, with stacked and scanned layers: 28-36 unrolled layers would make every
+    program's compile time (and the planner's) grow with depth."""
+    for role, path in (("policy", policy), ("reward", reward), ("environment", environment)):
+        cfg.model[role].update(path=path, scan_layers=True)
+
+
 def smoke(cfg: ml_collections.ConfigDict) -> None:
     """Tiny everything: 2 RL steps end to end in about a minute on a 2-core CPU (tests, multi-process checks)."""
     use_float32_models(cfg)

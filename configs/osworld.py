@@ -33,9 +33,8 @@ def paper_constants(cfg) -> None:
     cfg.eval.update(group_size=3, temperature=0.0, max_turns=30)
     cfg.tasks.update(max_steps=30)
     cfg.env.update(num_train_tasks=36, num_eval_tasks=19, step_timeout_s=180.0)
-    cfg.model.policy.path = "checkpoints/Qwen3-VL-8B-Thinking"
-    cfg.model.reward.path = "checkpoints/Qwen3-VL-8B-Thinking"
-    cfg.model.environment.path = "checkpoints/Qwen3-8B"
+    common.use_8b_models(cfg, "checkpoints/Qwen3-VL-8B-Thinking", "checkpoints/Qwen3-VL-8B-Thinking",
+                         "checkpoints/Qwen3-8B")
 
 
 def cpu_run(cfg) -> None:
@@ -43,6 +42,8 @@ def cpu_run(cfg) -> None:
     common.use_float32_models(cfg)
     for role in ("policy", "reward"):
         cfg.model[role].path = "scratch_vl"
+    for role in ("policy", "reward", "environment"):
+        cfg.model[role].scan_layers = False   # 2 layers: nothing to gain, and XLA:CPU decodes unrolled faster
     cfg.model.scratch.update(num_layers=2, hidden_size=128, intermediate_size=256, num_heads=4, num_kv_heads=2,
                              head_dim=32, vocab_size=2048)
     # Four task families and infeasible requests: the warm start's tasks are the pool's families with other

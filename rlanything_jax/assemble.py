@@ -119,7 +119,8 @@ def load_model(cfg: RunConfig, role: str, directory: Path, mesh):
     # Resolved once here: the model keeps the kernel, so its samplers and learners run the same one.
     attention = resolve_attention(model_cfg.attention_impl, key=f"model.{role}.attention_impl")
     model = load_pretrained(directory, dtype=model_cfg.dtype, mesh=mesh, rules=cfg.sharding.logical_axis_rules,
-                            compute_dtype=model_cfg.compute_dtype, attention=attention)
+                            compute_dtype=model_cfg.compute_dtype, attention=attention,
+                            scan_layers=model_cfg.scan_layers)
     return model, Tokenizer.from_dir(directory)
 
 
@@ -197,5 +198,6 @@ def task_generator(cfg: RunConfig, scenario: Scenario, workdir: Path, environmen
                                environment_sampler=environment_sampler,
                                candidates_per_task=cfg.curriculum.candidates_per_task,
                                temperature=cfg.curriculum.temperature, max_new_tokens=cfg.curriculum.max_new_tokens,
-                               seed=derive_seed(cfg.seed, "environment_model"))
+                               seed=derive_seed(cfg.seed, "environment_model"),
+                               continuous_batching=cfg.rollout.continuous_batching)
     return scenario.task_generator(context)

@@ -49,8 +49,13 @@ class ModelConfig:
     # How attention runs (models/attention_kernels.py): auto picks by platform (chunked on CPUs, cudnn on GPUs,
     # splash on TPUs); xla materialises scores (the reference); cudnn and splash need their accelerators.
     attention_impl: str = "auto"
+    # True: the decoder layers' parameters and KV cache stacked, the layers run as one scan, so a deep model
+    # compiles as fast as a shallow one (paper configs). False (CPU runs): unrolled; XLA:CPU copies each layer's
+    # weights out of the stack, so a scanned batch-1 decode step takes 1.4x as long there (docs/results.md).
+    scan_layers: bool = False
 
     def __post_init__(self):
+        validation.boolean("scan_layers", self.scan_layers)
         validation.check("path", isinstance(self.path, str) and bool(self.path),
                          "must be a local Hugging Face directory, 'package:NAME', 'scratch' or 'scratch_vl'",
                          self.path)

@@ -22,6 +22,7 @@ from flax import struct
 
 # attend(layer_index, q [B, T, heads, head_dim], k [B, S, kv_heads, head_dim], v [B, S, kv_heads, head_dim], carry)
 #   -> (attention output [B, T, heads, head_dim], carry)
+# layer_index is an int, or a traced int32 scalar when the model scans its layers (`CacheLayout.scan_layers`).
 AttendFn = Callable[[int, jax.Array, jax.Array, jax.Array, Any], tuple[jax.Array, Any]]
 
 
@@ -45,12 +46,22 @@ class ModelInputs:
 
 
 class CacheLayout(Protocol):
-    """What a KV cache and a logits buffer need to know about a model."""
+    """What a KV cache and a logits buffer need to know about a model.
+
+    It may also say `scan_layers: bool` (`cache_is_stacked` reads it; absent means False): True when the
+    model runs its layers as one scan, handing `attend` a traced layer index, so that the cache holds one
+    [layers, batch, length, kv_heads, head_dim] array for keys and one for values; else one array per layer.
+    """
 
     num_layers: int
     num_kv_heads: int
     head_dim: int
     vocab_size: int
+
+
+def cache_is_stacked(layout: CacheLayout) -> bool:
+    """Whether a model's KV cache is one stacked array (`CacheLayout`'s optional `scan_layers`)."""
+    return bool(getattr(layout, "scan_layers", False))
 
 
 class CausalLM(Protocol):

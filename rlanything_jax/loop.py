@@ -29,11 +29,12 @@ from rlanything_jax.agents.scenario import JUDGE_STEPS, WRITE_UNIT_TESTS
 from rlanything_jax.agents.trajectory import Episode, JudgedEpisode, StepJudgments, group_by_task, task_accuracy
 from rlanything_jax.agents.unit_tests import UnitTestJudgments, unit_test_examples, unit_test_metrics
 from rlanything_jax.curriculum.adaptation import difficulty_direction
-from rlanything_jax.curriculum.generators import TaskGenerator
+from rlanything_jax.curriculum.generators import TaskGenerator, proposal_of, run_proposals
 from rlanything_jax.curriculum.task_pool import Candidate, TaskPool, propose, resolve_candidates, sample_step_tasks
 from rlanything_jax.envs.base import Task
 from rlanything_jax.rl.data import Example
 from rlanything_jax.rl.train_state import TrainState
+from rlanything_jax.sampling.slots import occupancy
 from rlanything_jax.seeds import derive_rng, derive_seed
 
 # ---------------------------------------------------------------- collaborators
@@ -198,6 +199,8 @@ def rl_step(state: SystemState, services: Services, settings: LoopSettings) -> t
         made = Counter(services.generator.metrics)
         made.subtract(generator_before)
         report.update({f"curriculum/generator/{k}": v for k, v in made.items() if v})
+        if made["env_model/slot_steps"]:   # the environment model's rows refilled across tasks' rewrites
+            report["curriculum/generator/env_model/slot_occupancy"] = occupancy(made, "env_model")
     report.update({"curriculum/accepted": len(accepted), "curriculum/rejected": len(rejected),
                    "curriculum/accepted_total": pool.accepted_count,
                    "curriculum/pending": sum(s.pending is not None for s in pool.slots),
@@ -246,7 +249,10 @@ class _PhaseClock:
 def _adapt(pool: TaskPool, slot_indices: Sequence[int], groups: Mapping[str, Sequence[JudgedEpisode]],
            accuracy: Mapping[str, float | None], generator: TaskGenerator, settings: LoopSettings, step: int,
            metrics: Counter) -> TaskPool:
-    """Asks for a rewrite of every played active task whose accuracy left the band."""
+    """Asks for a rewrite of every played active task whose accuracy left the band, all tasks' proposals
+    side by side (`run_proposals`: the environment model answers every task's prompts of a round at once)."""
+    asked: list[tuple[int, str, float]] = []
+    proposals = []
     for index in slot_indices:
         slot = pool.slots[index]
         acc = accuracy.get(slot.active.task_id)
@@ -256,8 +262,10 @@ def _adapt(pool: TaskPool, slot_indices: Sequence[int], groups: Mapping[str, Seq
         if code == 0:
             continue
         direction = "harder" if code > 0 else "easier"
-        candidate = generator.propose(slot.raw, slot.active, direction, acc, groups.get(slot.active.task_id, []),
-                                      step)
+        asked.append((index, direction, acc))
+        proposals.append(proposal_of(generator, slot.raw, slot.active, direction, acc,
+                                     groups.get(slot.active.task_id, []), step))
+    for (index, direction, acc), candidate in zip(asked, run_proposals(proposals)):
         metrics[f"curriculum/proposals_{'made' if candidate else 'failed'}"] += 1
         if candidate is not None:
             pool = propose(pool, index, Candidate(task=candidate, goal=direction, prev_acc=float(acc),

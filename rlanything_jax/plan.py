@@ -15,12 +15,15 @@ Assumptions, stated in the output too:
 - Buffer sizes come from XLA's CPU compiler. A TPU or GPU compile assigns buffers differently (its own
   fusions, layouts, scheduling and collectives; XLA:CPU may keep bfloat16 work in float32): the figures
   are close to, not equal to, an accelerator's. The analytic breakdown is the model-level estimate.
-- XLA:CPU's scheduler is not memory-aware: it hoists a checkpointed layer's recomputation, so the compiled
-  temporaries barely change with train.*.remat (a 4-layer test model: 123 MB none, 110 MB full, while the
-  residuals JAX keeps drop 18x). The analytic activations follow the remat policy; trust them for remat.
-- With --layers=K (the default, 2) each program is compiled with K and 2K decoder layers and every figure
-  extrapolated linearly to the model's depth (the layers are unrolled, so their buffers add up by layer);
-  --layers=0 compiles the full depth. A Qwen3-VL keeps its whole vision tower.
+- XLA:CPU's scheduler is not memory-aware: in unrolled layers it hoists a checkpointed layer's recomputation,
+  so their compiled temporaries barely change with train.*.remat (a 4-layer test model: 114 MB none, 107 MB
+  full). Scanned layers (`model.<role>.scan_layers`) keep the policy: 141 MB none, 70 MB dots, 40 MB full.
+  The analytic activations follow the remat policy either way.
+- With --layers=K (the default, 2) each program is compiled with K and 2K unrolled decoder layers and every
+  figure extrapolated linearly to the model's depth (unrolled layers' buffers add up by layer); --layers=0
+  compiles the full depth. A model with `model.<role>.scan_layers` (the paper configs) is also compiled as
+  its run compiles it, scanned at its full depth, and its memory figures are that program's (its FLOPs the
+  extrapolation's: a loop's body counts once). A Qwen3-VL keeps its whole vision tower.
 - Train steps are compiled with --micro_batches (2) micro-batches: the Learner's scan with a gradient
   accumulator, as any update of more rows than micro_batch_size runs.
 - The colocated placement: both models' train states (and the environment model's parameters when the
@@ -56,8 +59,8 @@ ASSUMPTIONS = ("per-device bytes from XLA:CPU compiles on fake devices: close to
                "sizes; analytic figures are model-level estimates (flash-style attention unless attention_impl=xla, "
                "Adam moments in float32 beside a float32 master copy of low-precision parameters (master_copy), "
                "else in the parameters' dtype, samplers sharing their learner's parameters); XLA:CPU's compiled "
-               "temporaries ignore "
-               "remat (its scheduler hoists recomputation): the analytic activations follow it")
+               "temporaries of unrolled layers ignore remat (its scheduler hoists recomputation), scanned "
+               "layers' follow it, as the analytic activations do")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,7 +128,8 @@ def architectures(cfg, roles: Sequence[str]) -> dict:
     """Each role's Architecture (no JAX backend needed); ValueError (one line) for an unknown model."""
     from rlanything_jax.planning.architectures import role_architecture
 
-    return {role: role_architecture(getattr(cfg.model, role).path, cfg.model.scratch) for role in roles}
+    return {role: role_architecture(getattr(cfg.model, role).path, cfg.model.scratch,
+                                    getattr(cfg.model, role).scan_layers) for role in roles}
 
 
 def _models(cfg, roles: Sequence[str], archs: dict | None = None) -> dict:
@@ -157,7 +161,8 @@ def compile_programs(cfg, models: dict, devices: int, layers: int, micro_batches
             lowered.append((f"{role} vision tower", programs.lower_vision(cfg, role, load.sampler[role], mesh)))
         for name, lower in lowered:
             figures = programs.measure(name, lower, arch, depths)
-            log(f"compiled {name} at {'/'.join(map(str, depths))} layers in {figures.compile_s:.0f} s")
+            scanned = f", scanned at {arch.text.num_layers}" if figures.scanned else ""
+            log(f"compiled {name} at {'/'.join(map(str, depths))} layers{scanned} in {figures.compile_s:.0f} s")
             out.append(figures)
     return out
 
@@ -209,18 +214,22 @@ def report(cfg, args: Args, models: dict, compiled: list, elapsed_s: float) -> t
             others = paper.resident_bytes - sum(paper.resident[k] for k in paper.resident_of[name])
             total = program.peak_bytes + others
             peak_compiled = max(peak_compiled, total)
-            gib = 2 ** 30
-            entry.update(compiled_total_gib=round(total / gib, 3), argument_gib=round(program.argument_bytes / gib, 3),
-                         output_gib=round(program.output_bytes / gib, 3), temp_gib=round(program.temp_bytes / gib, 3),
-                         alias_gib=round(program.alias_bytes / 2 ** 30, 3),
-                         generated_code_gib=round(program.generated_code_bytes / 2 ** 30, 6),
+            unit = 2 ** 30
+            entry.update(compiled_total_gib=round(total / unit, 3),
+                         argument_gib=round(program.argument_bytes / unit, 3),
+                         output_gib=round(program.output_bytes / unit, 3), temp_gib=round(program.temp_bytes / unit, 3),
+                         alias_gib=round(program.alias_bytes / unit, 3),
+                         generated_code_gib=round(program.generated_code_bytes / unit, 6),
                          tflops=round(program.flops / 1e12, 3), layers_compiled=list(program.layers),
+                         scanned=program.scanned,
                          compile_s=round(program.compile_s, 1))
             text += (f"\n  {'':22s} compiled {gib(total):>7s}: arguments {gib(program.argument_bytes)}, outputs "
                      f"{gib(program.output_bytes)} (aliased {gib(program.alias_bytes)}), temporaries "
                      f"{gib(program.temp_bytes)}, code {program.generated_code_bytes / 2 ** 20:.1f} MiB; "
                      f"{program.flops / 1e12:.1f} TFLOP; layers {'/'.join(map(str, program.layers))}"
-                     f"{' extrapolated' if len(program.layers) == 2 else ''}, {program.compile_s:.0f} s")
+                     f"{' extrapolated' if len(program.layers) == 2 else ''}"
+                     f"{' (FLOPs), scanned at full depth (memory)' if program.scanned else ''}, "
+                     f"{program.compile_s:.0f} s")
         lines.append(text)
         figures["programs"][name] = entry
     for name in measured.keys() - paper.programs.keys():   # the vision tower: one image through it

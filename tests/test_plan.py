@@ -30,11 +30,12 @@ def _devices_needed(count: int):
 
 
 # float32 parameters and two Adam moments; bfloat16 parameters (2 bytes), their float32 master copy (4) and
-# float32 moments (8)
-@pytest.mark.parametrize("dtype, state_per_parameter_byte", [("float32", 3), ("bfloat16", 7)])
-def test_analytic_state_bytes_match_the_compiled_train_step(dtype, state_per_parameter_byte):
+# float32 moments (8); stacked, scanned layers hold the same state
+@pytest.mark.parametrize("dtype, state_per_parameter_byte, scan", [("float32", 3, False), ("bfloat16", 7, False),
+                                                                   ("float32", 3, True)])
+def test_analytic_state_bytes_match_the_compiled_train_step(dtype, state_per_parameter_byte, scan):
     _devices_needed(8)
-    cfg = load_config(DEFAULT_CONFIG, TINY + [f"model.policy.dtype={dtype}"])
+    cfg = load_config(DEFAULT_CONFIG, TINY + [f"model.policy.dtype={dtype}", f"model.policy.scan_layers={scan}"])
     models = plan._models(cfg, ("policy", "reward"))
     paper = estimate(cfg, models, 8, micro_batches=2)
     state = sum(paper.resident[k] for k in paper.resident_of["policy train step"])
@@ -49,6 +50,11 @@ def test_analytic_state_bytes_match_the_compiled_train_step(dtype, state_per_par
     assert state <= figures.argument_bytes <= state * (1 + TOLERANCE)
     assert figures.alias_bytes >= 0.9 * state   # the state is donated: the new one reuses its buffers
     assert figures.flops > 0
+    assert figures.scanned == scan and arch.text.scan_layers == scan
+    if scan:   # memory from the scanned program; FLOPs from the unrolled one (a loop body counts once)
+        unrolled = programs.measure("policy train step", programs.lower_train_step(cfg, "policy", load.train["policy"],
+                                                                                   mesh), arch.with_scan(False), (2,))
+        assert figures.flops == unrolled.flops and figures.argument_bytes == unrolled.argument_bytes
 
 
 def test_parameters_shard_over_the_mesh():
@@ -81,6 +87,21 @@ def test_the_verdict_flips_when_the_device_is_tiny(capsys):
     assert not tight["fits"] and "DOES NOT FIT" in out
     assert any(s["overrides"] for s in tight["suggestions"])   # settings to change, with their figures
     assert tight["analytic_peak_gib"] == roomy["analytic_peak_gib"]
+
+
+def test_every_program_of_the_run_compiles_scanned_and_unrolled(capsys):
+    """The whole compiled report (train steps, prefill, decode) of a tiny config whose policy scans its layers:
+    the scanned policy's programs keep the unrolled FLOPs and take their memory from the scanned program."""
+    _devices_needed(8)
+    args = ["--config=configs/default.py", "--devices=8", "--layers=1", "--json",
+            "--config.model.policy.scan_layers=True"] + [f"--config.{o}" for o in TINY]
+    assert plan.main(args) == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["programs"]
+    for role in ("policy", "reward"):
+        for program in ("train step", "prefill", "decode"):
+            figures = report[f"{role} {program}"]
+            assert figures["tflops"] >= 0 and figures["compiled_total_gib"] > 0, (role, program)
+            assert figures["scanned"] == (role == "policy")
 
 
 @pytest.mark.parametrize("argv,message", [

@@ -128,6 +128,7 @@ class GeneratorContext:
     temperature: float = 0.8
     max_new_tokens: int = 4096
     seed: int = 0
+    continuous_batching: bool = True   # the environment model refills its rows across tasks' rewrites
 
 
 class Scenario(Protocol):

@@ -1,7 +1,11 @@
 """Task generators: how a slot's raw task becomes a harder or easier candidate (ALGORITHM.md 4.3).
 
-A generator implements `TaskGenerator.propose(raw, active, direction, accuracy, episodes, step)`.
-Scenarios build theirs (`Scenario.task_generator`) from the generic pieces here:
+A generator implements `TaskGenerator.proposal(raw, active, direction, accuracy, episodes, step)`: a
+`Proposal`, a Python generator that yields `Ask`s (prompts for a model) and receives their answers
+before it returns the candidate. `run_proposals` drives a step's proposals for all tasks side by side,
+so that each round's prompts of every task go to the environment model as one continuous-batching call
+(`sampling.slots`); `propose` runs one. Scenarios build theirs (`Scenario.task_generator`) from the
+generic pieces here:
 - `ProceduralGenerator`: moves the raw task's difficulty knobs one notch (a scenario gives the
   maker) and tries a few derived seeds (no model);
 - `EnvironmentModel`: the reference's frozen environment-model LLM as a batched text sampler
@@ -19,28 +23,98 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections import Counter
-from collections.abc import Callable, Sequence
-from typing import Protocol
+from collections.abc import Callable, Generator, Sequence
+from typing import Any, Protocol
 
 from rlanything_jax.agents.chat_tokens import Message
 from rlanything_jax.agents.trajectory import JudgedEpisode
 from rlanything_jax.curriculum.adaptation import DIRECTIONS
 from rlanything_jax.envs.base import Task
 from rlanything_jax.sampling.sampler import Sampler, bucket_length
+from rlanything_jax.sampling.slots import generate_in_slots
 from rlanything_jax.sampling.strategies import make_strategy
 from rlanything_jax.seeds import derive_seed
 
 log = logging.getLogger(__name__)
 
 
+@dataclasses.dataclass(frozen=True)
+class Ask:
+    """A proposal's request: one completion of each chat prompt from `model` (an `EnvironmentModel`), under
+    its sampling seed; `tag` names the counts (`<tag>/prompt_too_long`, `<tag>/generated_tokens`)."""
+
+    model: Any
+    prompts: tuple[list[Message], ...]
+    max_new_tokens: int
+    seed: int
+    tag: str
+
+
+# A proposal in progress: yields Asks, is sent each Ask's texts (None for a prompt too long for the model's
+# cache), and returns the candidate (or None).
+Proposal = Generator[Ask, list, "Task | None"]
+
+
 class TaskGenerator(Protocol):
     """Proposes a rewrite of a slot's raw task in a direction ("harder"/"easier"), or None, from the active
-    task's accuracy and its judged rollouts of this step."""
+    task's accuracy and its judged rollouts of this step.
+
+    A generator that asks a model should also implement `proposal(...) -> Proposal` with the same
+    arguments (`Proposes` then gives it `propose`): the loop then drives every task's proposal side by
+    side (`proposals_of`), and the model answers all tasks' prompts at once instead of task by task."""
 
     metrics: Counter
 
     def propose(self, raw: Task, active: Task, direction: str, accuracy: float,
                 episodes: Sequence[JudgedEpisode], step: int) -> Task | None: ...
+
+
+def finished(candidate: Task | None) -> Proposal:
+    """A proposal that asks nothing: what a generator without a model returns."""
+    return candidate
+    yield  # unreachable: makes this function a generator
+
+
+def proposal_of(generator: TaskGenerator, raw: Task, active: Task, direction: str, accuracy: float,
+                episodes: Sequence[JudgedEpisode], step: int) -> Proposal:
+    """The generator's `proposal`, or its `propose` answered at once when it has none."""
+    if hasattr(generator, "proposal"):
+        return generator.proposal(raw, active, direction, accuracy, episodes, step)
+    return finished(generator.propose(raw, active, direction, accuracy, episodes, step))
+
+
+def run_proposals(proposals: Sequence[Proposal]) -> list[Task | None]:
+    """Every proposal's candidate, the proposals driven side by side: each round, the Asks of all proposals
+    waiting on one model go to it together (`EnvironmentModel.answer`), so rows freed by one task's short
+    answers are refilled with another's prompts."""
+    results: list[Task | None] = [None] * len(proposals)
+    waiting: dict[int, Ask] = {}
+
+    def advance(index: int, answer: list | None) -> None:
+        try:
+            waiting[index] = proposals[index].send(answer)
+        except StopIteration as stop:
+            results[index] = stop.value
+
+    for index in range(len(proposals)):
+        advance(index, None)
+    while waiting:
+        by_model: dict[int, list[int]] = {}
+        for index, ask in waiting.items():
+            by_model.setdefault(id(ask.model), []).append(index)
+        for indices in by_model.values():
+            asks = [waiting.pop(index) for index in indices]
+            for index, answer in zip(indices, asks[0].model.answer(asks)):
+                advance(index, answer)
+    return results
+
+
+class Proposes:
+    """`propose` (one task's candidate) for a generator that implements `proposal`."""
+
+    def propose(self, raw: Task, active: Task, direction: str, accuracy: float,
+                episodes: Sequence[JudgedEpisode], step: int) -> Task | None:
+        return run_proposals([self.proposal(raw, active, direction, accuracy, episodes, step)])[0]
 
 
 def derived_seed(raw: Task, step: int, attempt: int, salt: str = "") -> int:
@@ -79,6 +153,10 @@ class ProceduralGenerator:
         self.max_tries = max_tries
         self.metrics: Counter = Counter()
 
+    def proposal(self, raw: Task, active: Task, direction: str, accuracy: float,
+                 episodes: Sequence[JudgedEpisode], step: int) -> Proposal:
+        return finished(self.propose(raw, active, direction, accuracy, episodes, step))
+
     def propose(self, raw: Task, active: Task, direction: str, accuracy: float,
                 episodes: Sequence[JudgedEpisode], step: int) -> Task | None:
         del accuracy, episodes  # the knobs alone decide
@@ -111,14 +189,25 @@ class EnvironmentModel:
     """The frozen environment-model LLM as a batched sampler of chat prompts.
 
     Prompts too long for the sampler's cache are dropped, not truncated, and counted under
-    `<tag>/prompt_too_long`; a dropped prompt's answer is None.
+    `<tag>/prompt_too_long`; a dropped prompt's answer is None. With `continuous_batching` (a real
+    `Sampler`), at most `batch_size` generations run at once and rows are refilled as answers end
+    (`env_model/busy_slot_steps`, `slot_steps`, `joined_rows`, `repacks` in `metrics`).
     """
 
-    def __init__(self, sampler: Sampler, temperature: float = 0.8, top_p: float = 1.0, seed: int = 0):
+    def __init__(self, sampler: Sampler, temperature: float = 0.8, top_p: float = 1.0, seed: int = 0,
+                 batch_size: int = 64, continuous_batching: bool = True):
         self.sampler = sampler
         self.strategy = make_strategy(temperature, top_p=top_p)
         self.seed = seed
+        self.batch_size = batch_size
+        self.continuous_batching = continuous_batching
         self.metrics: Counter = Counter()
+
+    @classmethod
+    def from_context(cls, context: Any) -> EnvironmentModel:
+        """The model a scenario's generator uses, from its `agents.scenario.GeneratorContext`."""
+        return cls(context.environment_sampler, temperature=context.temperature, seed=context.seed,
+                   continuous_batching=context.continuous_batching)
 
     def sampling_seed(self, raw: Task, step: int, phase: str) -> int:
         return derived_seed(raw, step, 0, f"{phase}|{self.seed}")
@@ -135,15 +224,26 @@ class EnvironmentModel:
     def generate(self, prompts: Sequence[list[Message]], max_new_tokens: int, seed: int,
                  tag: str) -> list[str | None]:
         """One batched call over the prompts that fit; None in the place of each prompt that does not."""
-        token_lists = [self.sampler.tokenizer.encode_chat(p) for p in prompts]
-        fitting = [i for i, tokens in enumerate(token_lists) if self._fits_tokens(len(tokens), max_new_tokens)]
-        if len(fitting) < len(prompts):
-            self.metrics[f"{tag}/prompt_too_long"] += len(prompts) - len(fitting)
-        texts: list[str | None] = [None] * len(prompts)
-        if fitting:
-            for i, completion in zip(fitting, self._sample([token_lists[i] for i in fitting], max_new_tokens, seed)):
-                texts[i] = completion.text or ""
-                self.metrics[f"{tag}/generated_tokens"] += len(completion.token_ids)
+        return self.answer([Ask(self, tuple(prompts), max_new_tokens, seed, tag)])[0]
+
+    def answer(self, asks: Sequence[Ask]) -> list[list[str | None]]:
+        """Each Ask's texts, the prompts of all of them (per token budget) sampled in one call under one seed
+        (an Ask's own when it is alone, else one derived from all of theirs)."""
+        texts: list[list[str | None]] = [[None] * len(ask.prompts) for ask in asks]
+        fitting: dict[int, list[tuple[int, int, list[int]]]] = {}   # max_new_tokens -> (ask, prompt, tokens)
+        for a, ask in enumerate(asks):
+            for p, prompt in enumerate(ask.prompts):
+                tokens = self.sampler.tokenizer.encode_chat(prompt)
+                if self._fits_tokens(len(tokens), ask.max_new_tokens):
+                    fitting.setdefault(ask.max_new_tokens, []).append((a, p, tokens))
+                else:
+                    self.metrics[f"{ask.tag}/prompt_too_long"] += 1
+        seed = asks[0].seed if len(asks) == 1 else derive_seed(self.seed, "answer", *(ask.seed for ask in asks))
+        for max_new_tokens, items in fitting.items():
+            completions = self._sample([tokens for _, _, tokens in items], max_new_tokens, seed)
+            for (a, p, _), completion in zip(items, completions):
+                texts[a][p] = completion.text or ""
+                self.metrics[f"{asks[a].tag}/generated_tokens"] += len(completion.token_ids)
         return texts
 
     def _sample(self, token_lists: list[list[int]], max_new_tokens: int, seed: int) -> list:
@@ -153,22 +253,26 @@ class EnvironmentModel:
         for index, tokens in enumerate(token_lists):
             distinct.setdefault(tuple(tokens), []).append(index)
         repeats = {len(indices) for indices in distinct.values()}
-        if len(repeats) != 1 or repeats == {1}:
-            return self.sampler.generate(token_lists, max_new_tokens, self.strategy, seed=seed)
-        k = repeats.pop()
-        completions = self.sampler.generate([list(tokens) for tokens in distinct], max_new_tokens, self.strategy,
-                                            seed=seed, num_samples=k)
+        k = repeats.pop() if len(repeats) == 1 else 1
+        groups = list(distinct.values()) if k > 1 else [[index] for index in range(len(token_lists))]
+        prompts = [list(token_lists[group[0]]) for group in groups]
+        if self.continuous_batching and hasattr(self.sampler, "join"):
+            completions = generate_in_slots(self.sampler, prompts, max_new_tokens, self.strategy,
+                                            slots=self.batch_size, num_samples=k, seed=seed, metrics=self.metrics,
+                                            tag="env_model")
+        else:
+            completions = self.sampler.generate(prompts, max_new_tokens, self.strategy, seed=seed, num_samples=k)
         out: list = [None] * len(token_lists)
-        for group, indices in enumerate(distinct.values()):   # prompt-major: k samples of each distinct prompt
+        for g, indices in enumerate(groups):   # prompt-major: k samples of each distinct prompt
             for j, index in enumerate(indices):
-                out[index] = completions[group * k + j]
+                out[index] = completions[g * k + j]
         return out
 
 
 # ---------------------------------------------------------------- chain
 
 
-class GeneratorChain:
+class GeneratorChain(Proposes):
     """Asks each generator in turn; the first candidate wins (e.g. the env model, then the knobs)."""
 
     def __init__(self, generators: Sequence[TaskGenerator]):
@@ -181,10 +285,10 @@ class GeneratorChain:
             total.update(getattr(generator, "metrics", {}))
         return total
 
-    def propose(self, raw: Task, active: Task, direction: str, accuracy: float,
-                episodes: Sequence[JudgedEpisode], step: int) -> Task | None:
+    def proposal(self, raw: Task, active: Task, direction: str, accuracy: float,
+                 episodes: Sequence[JudgedEpisode], step: int) -> Proposal:
         for generator in self.generators:
-            candidate = generator.propose(raw, active, direction, accuracy, episodes, step)
+            candidate = yield from proposal_of(generator, raw, active, direction, accuracy, episodes, step)
             if candidate is not None:
                 return candidate
         return None

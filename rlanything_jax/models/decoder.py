@@ -15,6 +15,7 @@ from flax import nnx
 
 from rlanything_jax.interfaces import AttendFn, ModelInputs
 from rlanything_jax.models.attention_kernels import AttentionKernel, causal_attention, resolve_attention
+from rlanything_jax.models.layer_stack import scan_stacked, stacked_module
 from rlanything_jax.models.linear import linear
 from rlanything_jax.models.lm_head import target_logprobs
 from rlanything_jax.models.model_config import DecoderConfig
@@ -173,8 +174,12 @@ class Decoder(nnx.Module):
         # Scale 1/sqrt(hidden): a tied output layer then starts with unit-scale logits.
         self.embed = nnx.Param(_init(rngs, (cfg.vocab_size, cfg.hidden_size), param_dtype, cfg.hidden_size),
                                logical_axes=("vocab", "embed"))
-        self.layers = nnx.List([DecoderLayer(cfg, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-                                for _ in range(cfg.num_layers)])
+        if cfg.scan_layers:
+            self.layers = stacked_module(lambda r: DecoderLayer(cfg, dtype=dtype, param_dtype=param_dtype, rngs=r),
+                                         cfg.num_layers, rngs)
+        else:
+            self.layers = nnx.List([DecoderLayer(cfg, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+                                    for _ in range(cfg.num_layers)])
         self.final_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype=dtype, param_dtype=param_dtype,
                                   axis_name="embed")
         if cfg.tie_word_embeddings:
@@ -237,14 +242,18 @@ class Decoder(nnx.Module):
 
         prefix_cos, prefix_sin = self.rope(positions_from_mask(prefix_mask))
         cos, sin = self.rope(positions)
-        prefix_x, x = self.embed_tokens(prefix_ids), self.embed_tokens(input_ids)
-        for index, layer in enumerate(self.layers):
-            final = index == len(self.layers) - 1
+
+        def step(layer, index, xs):
+            prefix_x, x = xs
+            final = self.is_final_layer(index)
             # The final layer needs only the prefixes' keys and values: one query keeps its shapes valid.
             prefix_x, prefix_kv = call_layer(layer, self.remat, prefix_x, prefix_cos, prefix_sin, index,
                                              attend_prefix, None, 1 if final else None)
             x, _ = call_layer(layer, self.remat, x, cos, sin, index, attend_rows, prefix_kv, last if final else None)
-        return self.final_norm(x)
+            return prefix_x, x
+
+        _, x = self.for_each_layer(step, (self.embed_tokens(prefix_ids), self.embed_tokens(input_ids)))
+        return self.final_norm(self.keep_last(x, last))
 
     def run_layers(self, input_ids: jax.Array, positions: jax.Array, attend: AttendFn,
                    carry: Any, last: int | None = None, inputs: ModelInputs | None = None) -> tuple[jax.Array, Any]:
@@ -262,12 +271,32 @@ class Decoder(nnx.Module):
         """`run_layers` from embeddings x [B, T, embed] and rotary tables cos, sin [B, T, head_dim]:
         the entry for models built on this decoder (Qwen3-VL scatters image embeddings into x, rotates by
         M-RoPE and adds DeepStack features to the first layers' outputs through `after_layer(index, x)`)."""
+        def step(layer, index, state):
+            x, carry = state
+            window = last if self.is_final_layer(index) else None
+            x, carry = call_layer(layer, self.remat, x, cos, sin, index, attend, carry, window)
+            return (after_layer(index, x) if after_layer is not None else x), carry
+
+        x, carry = self.for_each_layer(step, (x, carry))
+        return self.final_norm(self.keep_last(x, last)), carry
+
+    def for_each_layer(self, step: Callable[[DecoderLayer, Any, Any], Any], state: Any) -> Any:
+        """`state = step(layer, index, state)` for each layer in order: unrolled with int indices, or (a config's
+        `scan_layers`) as one scan over the stacked layers with a traced int32 index."""
+        if self.config.scan_layers:
+            return scan_stacked(self.layers, step, state)
         for index, layer in enumerate(self.layers):
-            final = index == len(self.layers) - 1
-            x, carry = call_layer(layer, self.remat, x, cos, sin, index, attend, carry, last if final else None)
-            if after_layer is not None:
-                x = after_layer(index, x)
-        return self.final_norm(x), carry
+            state = step(layer, index, state)
+        return state
+
+    def is_final_layer(self, index: Any) -> bool:
+        """Whether an unrolled layer is the last one (whose queries may be cut to the positions wanted).
+        Scanned layers all run at full length (one body for every layer), cut after the scan."""
+        return isinstance(index, int) and index == self.config.num_layers - 1
+
+    def keep_last(self, x: jax.Array, last: int | None) -> jax.Array:
+        """The last `last` positions of scanned layers' output (unrolled ones were cut at the final layer)."""
+        return x[:, x.shape[1] - last:] if self.config.scan_layers and last is not None else x
 
     def logits(self, hidden: jax.Array) -> jax.Array:
         if self.lm_head is None:

@@ -9,6 +9,7 @@ the model. Saving writes safetensors shards + `config.json` that transformers'
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -27,6 +28,7 @@ from rlanything_jax import multihost
 from rlanything_jax import sharding as sharding_lib
 from rlanything_jax.models.attention_kernels import AttentionKernel
 from rlanything_jax.models.decoder import Decoder
+from rlanything_jax.models.layer_stack import is_stacked_path, per_layer_getters, per_layer_shapes, stack_per_layer
 from rlanything_jax.models.model_config import DecoderConfig
 
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
@@ -123,13 +125,15 @@ def _resolve_dtype(dtype: Any) -> Any:
 
 def load_pretrained(hf_dir: str | Path, dtype: Any = "float32", mesh: Mesh | None = None,
                     rules: sharding_lib.Rules = sharding_lib.DEFAULT_LOGICAL_AXIS_RULES,
-                    compute_dtype: Any = None, attention: AttentionKernel | None = None) -> Decoder:
+                    compute_dtype: Any = None, attention: AttentionKernel | None = None,
+                    scan_layers: bool = False) -> Decoder:
     """Builds a `Decoder` (a `Qwen3VL` for `model_type: qwen3_vl`) from a Hugging Face directory, each
     leaf placed with its target sharding.
 
     `dtype` is the parameter dtype; `compute_dtype` defaults to it. With `mesh=None`
     everything goes to the first device. `attention`: how the model attends (`attention_kernels`;
-    default: this platform's `auto`).
+    default: this platform's `auto`). `scan_layers`: the decoder layers stacked and scanned
+    (`DecoderConfig.scan_layers`); the checkpoint's per-layer tensors are stacked as they load.
     """
     param_dtype = _resolve_dtype(dtype)
     compute_dtype = _resolve_dtype(compute_dtype) if compute_dtype is not None else param_dtype
@@ -137,8 +141,8 @@ def load_pretrained(hf_dir: str | Path, dtype: Any = "float32", mesh: Mesh | Non
     if hf.get("model_type") == "qwen3_vl":
         from rlanything_jax.models.qwen3_vl import weights as qwen3_vl_weights
 
-        return qwen3_vl_weights.load(hf, hf_dir, param_dtype, compute_dtype, mesh, rules, attention)
-    cfg = DecoderConfig.from_hf(hf)
+        return qwen3_vl_weights.load(hf, hf_dir, param_dtype, compute_dtype, mesh, rules, attention, scan_layers)
+    cfg = dataclasses.replace(DecoderConfig.from_hf(hf), scan_layers=scan_layers)
     return load_into(lambda: Decoder(cfg, dtype=compute_dtype, param_dtype=param_dtype, attention=attention),
                      hf_dir, param_dtype, mesh, rules, name=f"the {cfg.model_type} decoder")
 
@@ -160,12 +164,18 @@ def load_into(build, hf_dir: str | Path, param_dtype: Any, mesh: Mesh | None, ru
     checkpoint = SafetensorsCheckpoint(hf_dir)
     used: set[str] = set()
 
-    def load_leaf(path, leaf, sharding):
-        key, layout = key_for(_state_path(path))
+    def read(path, shape):
+        key, layout = key_for(path)
         used.add(key)
-        weight = to_ours(checkpoint.read(key), layout, leaf.shape)
-        if weight.dtype != np.dtype(param_dtype):
-            weight = weight.astype(param_dtype)
+        weight = to_ours(checkpoint.read(key), layout, shape)
+        return weight.astype(param_dtype) if weight.dtype != np.dtype(param_dtype) else weight
+
+    def load_leaf(path, leaf, sharding):
+        path = _state_path(path)
+        if is_stacked_path(path):   # scanned layers: the layers' tensors stacked, one parameter at a time
+            weight = stack_per_layer(lambda layer_path: read(layer_path, leaf.shape[1:]), path, leaf.shape[0])
+        else:
+            weight = read(path, leaf.shape)
         return sharding_lib.place(weight, sharding)
 
     state = jax.tree_util.tree_map_with_path(load_leaf, abstract_state, shardings)
@@ -193,13 +203,15 @@ def _plan_shards(model: Decoder, itemsize: int, max_shard_bytes: int,
     shards: list[list[tuple[tuple, str, str]]] = [[]]
     size = 0
     for path, variable in nnx.to_flat_state(nnx.state(model, nnx.Param)):
-        nbytes = math.prod(variable.shape) * itemsize
-        if shards[-1] and size + nbytes > max_shard_bytes:
-            shards.append([])
-            size = 0
-        shards[-1].append((path, *key_for(path)))
-        size += nbytes
+        for layer_path, shape in per_layer_shapes(path, variable.shape):
+            nbytes = math.prod(shape) * itemsize
+            if shards[-1] and size + nbytes > max_shard_bytes:
+                shards.append([])
+                size = 0
+            shards[-1].append((layer_path, *key_for(layer_path)))
+            size += nbytes
     return shards
+
 
 
 def save_pretrained(model: Decoder, out_dir: str | Path, dtype: Any = None,
@@ -223,7 +235,9 @@ def write_checkpoint(model, out_dir: str | Path, config_json, dtype: Any = None,
     out_dir = Path(out_dir)
     state = nnx.state(model, nnx.Param)
     dtype = np.dtype(_resolve_dtype(dtype) if dtype is not None else jax.tree.leaves(state)[0].dtype)
-    flat_state = dict(nnx.to_flat_state(state))
+    # Scanned layers' parameters are written as the per-layer tensors of an unrolled model: one format.
+    getters = {layer_path: get for path, variable in nnx.to_flat_state(state)
+               for layer_path, get in per_layer_getters(path, variable[...])}
     shards = _plan_shards(model, dtype.itemsize, max_shard_bytes, key_for)
     names = (["model.safetensors"] if len(shards) == 1 else
              [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))])
@@ -233,7 +247,7 @@ def write_checkpoint(model, out_dir: str | Path, config_json, dtype: Any = None,
     weight_map: dict[str, str] = {}
     total_bytes = 0
     for name, shard in zip(names, shards):
-        tensors = {key: to_hf(multihost.to_host(flat_state[path][...]).astype(dtype), layout)
+        tensors = {key: to_hf(multihost.to_host(getters[path]()).astype(dtype), layout)
                    for path, key, layout in shard}
         total_bytes += sum(t.nbytes for t in tensors.values())
         weight_map.update(dict.fromkeys(tensors, name))

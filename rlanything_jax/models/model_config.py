@@ -98,6 +98,10 @@ class DecoderConfig:
     bos_token_id: int | None = None
     eos_token_id: int | tuple[int, ...] | None = None
     pad_token_id: int | None = None
+    # How the layers are held and run, not part of a checkpoint: False, one module per layer, unrolled in the
+    # compiled programs; True, every layer's parameters (and the sampler's KV cache) stacked on a leading
+    # "layers" axis and the layers run as one `jax.lax.scan`, so compile time does not grow with depth.
+    scan_layers: bool = False
 
     def __post_init__(self):
         if self.model_type not in SUPPORTED_MODEL_TYPES:

@@ -65,7 +65,14 @@ class Architecture:
 
     def with_layers(self, num_layers: int) -> Architecture:
         """The same model with `num_layers` decoder layers (the planner compiles a few and extrapolates)."""
-        text = dataclasses.replace(self.text, num_layers=num_layers)
+        return self._with_text(num_layers=num_layers)
+
+    def with_scan(self, scan_layers: bool) -> Architecture:
+        """The same model with its layers stacked and scanned, or unrolled (`DecoderConfig.scan_layers`)."""
+        return self._with_text(scan_layers=scan_layers)
+
+    def _with_text(self, **changes) -> Architecture:
+        text = dataclasses.replace(self.text, **changes)
         vl = None if self.vl is None else dataclasses.replace(self.vl, text=text)
         return dataclasses.replace(self, text=text, vl=vl)
 
@@ -87,8 +94,13 @@ def _scratch(path: str, arch: ScratchArchitecture) -> Architecture:
     return Architecture(path, "config model.scratch (Qwen3-VL)", vl.text, vl)
 
 
-def role_architecture(path: str, scratch: ScratchArchitecture) -> Architecture:
-    """The architecture of the model at a config's model path; ValueError (one line) when none is known."""
+def role_architecture(path: str, scratch: ScratchArchitecture, scan_layers: bool = False) -> Architecture:
+    """The architecture of the model at a config's model path (its layers scanned as the config says);
+    ValueError (one line) when none is known."""
+    return _architecture(path, scratch).with_scan(scan_layers)
+
+
+def _architecture(path: str, scratch: ScratchArchitecture) -> Architecture:
     if path in ("scratch", "scratch_vl"):
         return _scratch(path, scratch)
     local = Path(path).expanduser()

@@ -48,7 +48,8 @@ class ProgramFigures:
     generated_code_bytes: float
     flops: float
     compile_s: float
-    layers: tuple[int, ...]       # the depths compiled
+    layers: tuple[int, ...]       # the depths compiled unrolled (all figures, or the FLOPs of a scanned model)
+    scanned: bool = False         # memory figures from the scanned program at the model's depth
 
     @property
     def peak_bytes(self) -> float:
@@ -67,16 +68,24 @@ def _figures(compiled) -> dict[str, float]:
 
 def measure(name: str, lower: Callable[[Architecture], object], arch: Architecture,
             layers: tuple[int, ...]) -> ProgramFigures:
-    """Compiles `lower(arch at k layers)` for each k in `layers`; with two depths k1 < k2 every figure is
-    extrapolated linearly to the model's depth L: f(L) = f(k2) + (f(k2) - f(k1)) / (k2 - k1) * (L - k2)."""
+    """Compiles `lower(arch at k layers)`, unrolled, for each k in `layers`; with two depths k1 < k2 every figure
+    is extrapolated linearly to the model's depth L: f(L) = f(k2) + (f(k2) - f(k1)) / (k2 - k1) * (L - k2).
+
+    A model whose layers are scanned (as its run compiles them) is also compiled as such at its full depth,
+    in about the time of one layer, and its memory figures are that program's; its FLOPs stay the unrolled
+    extrapolation's, because a loop's body counts once in `cost_analysis`."""
     started = time.perf_counter()
-    runs = [_figures(lower(arch.with_layers(k)).compile()) for k in layers]
+    unrolled = arch.with_scan(False)
+    runs = [_figures(lower(unrolled.with_layers(k)).compile()) for k in layers]
     if len(runs) == 1:
         values = runs[0]
     else:
         (k1, k2), depth = layers, arch.text.num_layers
         values = {key: runs[1][key] + (runs[1][key] - runs[0][key]) / (k2 - k1) * (depth - k2) for key in FIELDS}
-    return ProgramFigures(name=name, compile_s=time.perf_counter() - started, layers=layers, **values)
+    if arch.text.scan_layers:
+        values = dict(_figures(lower(arch).compile()), flops=values["flops"])
+    return ProgramFigures(name=name, compile_s=time.perf_counter() - started, layers=layers,
+                          scanned=arch.text.scan_layers, **values)
 
 
 # ---------------------------------------------------------------- train step
@@ -181,8 +190,8 @@ def lower_decode(cfg: RunConfig, role: str, shapes: SamplerShapes, mesh: Mesh) -
         spec = decode_lib.DecodeSpec(graphdef=sampler.graphdef, strategy=make_strategy(temperature, top_k, top_p),
                                      stop_token_ids=stop_ids,
                                      window_buckets=window_buckets(shapes.cache_length, shapes.min_window))
-        budget = jax.ShapeDtypeStruct((), jnp.int32)
-        return sampler._compile("decode", state, spec=spec).lower(sampler.params, state, budget)
+        budget = jax.ShapeDtypeStruct((), jnp.int32)   # the token budget and the step limit
+        return sampler._compile("decode", state, spec=spec).lower(sampler.params, state, budget, budget)
 
     return lower
 

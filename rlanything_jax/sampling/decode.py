@@ -23,17 +23,19 @@ import jax
 import jax.numpy as jnp
 from flax import nnx, struct
 
-from rlanything_jax.interfaces import CacheLayout, CausalLM, ModelInputs
+from rlanything_jax.interfaces import CacheLayout, CausalLM, ModelInputs, cache_is_stacked
 from rlanything_jax.models.attention_kernels import AttentionKernel, causal_attention, resolve_attention
+from rlanything_jax.models.layer_stack import LAYERS_AXIS
 from rlanything_jax.sampling.strategies import SamplingStrategy
 
 
 @struct.dataclass
 class KVCache:
-    # One [batch, length, kv_heads, head_dim] array per layer: a layer's in-place update
-    # then never touches (or makes XLA copy) the other layers' buffers.
-    k: tuple[jax.Array, ...]
-    v: tuple[jax.Array, ...]
+    # Unrolled layers: one [batch, length, kv_heads, head_dim] array per layer, so a layer's in-place update
+    # never touches (or makes XLA copy) the other layers' buffers. Scanned layers (`scan_layers`): one
+    # [layers, batch, length, kv_heads, head_dim] array, updated in place at the scan's traced layer index.
+    k: tuple[jax.Array, ...] | jax.Array
+    v: tuple[jax.Array, ...] | jax.Array
     valid: jax.Array  # [batch, length] bool: the column holds a real token of that row
 
 
@@ -53,10 +55,11 @@ class DecodeState:
 CACHE_AXES = ("batch", "length", "kv_heads", "head_dim")
 
 
-def state_logical_axes(num_layers: int) -> DecodeState:
+def state_logical_axes(num_layers: int, scan_layers: bool = False) -> DecodeState:
     """Logical axes of each DecodeState leaf, for `sharding.logical_to_spec`."""
+    layer_axes = (LAYERS_AXIS,) + CACHE_AXES if scan_layers else (CACHE_AXES,) * num_layers
     return DecodeState(
-        cache=KVCache(k=(CACHE_AXES,) * num_layers, v=(CACHE_AXES,) * num_layers, valid=("batch", "length")),
+        cache=KVCache(k=layer_axes, v=layer_axes, valid=("batch", "length")),
         write_index=(), positions=("batch",), logits=("batch", "vocab"), done=("batch",),
         tokens=("batch", "length"), logprobs=("batch", "length"), num_generated=("batch",), rng=(None,),
     )
@@ -66,11 +69,13 @@ def init_decode_state(cfg: CacheLayout, batch: int, cache_length: int, max_new_t
                       cache_dtype: Any = jnp.float32, seed: int = 0) -> DecodeState:
     """An empty state: no tokens written, every row done until a prefill gives it tokens."""
     cache_shape = (batch, cache_length, cfg.num_kv_heads, cfg.head_dim)
-    layers = range(cfg.num_layers)
+    def layers() -> tuple[jax.Array, ...] | jax.Array:   # keys and values each get their own buffers (donated)
+        if cache_is_stacked(cfg):
+            return jnp.zeros((cfg.num_layers,) + cache_shape, cache_dtype)
+        return tuple(jnp.zeros(cache_shape, cache_dtype) for _ in range(cfg.num_layers))
+
     return DecodeState(
-        cache=KVCache(k=tuple(jnp.zeros(cache_shape, cache_dtype) for _ in layers),
-                      v=tuple(jnp.zeros(cache_shape, cache_dtype) for _ in layers),
-                      valid=jnp.zeros((batch, cache_length), jnp.bool_)),
+        cache=KVCache(k=layers(), v=layers(), valid=jnp.zeros((batch, cache_length), jnp.bool_)),
         write_index=jnp.zeros((), jnp.int32),
         positions=jnp.zeros((batch,), jnp.int32),
         logits=jnp.zeros((batch, cfg.vocab_size), jnp.float32),
@@ -82,46 +87,73 @@ def init_decode_state(cfg: CacheLayout, batch: int, cache_length: int, max_new_t
     )
 
 
-def _window_attention(q: jax.Array, layer_k: jax.Array, layer_v: jax.Array, valid: jax.Array,
+def map_layers(fn, *caches: tuple[jax.Array, ...] | jax.Array) -> tuple[jax.Array, ...] | jax.Array:
+    """`fn` applied to each layer's [batch, length, ...] cache array (of several caches, side by side), in the
+    caches' own layout: a tuple per layer, or one stacked array."""
+    if isinstance(caches[0], tuple):
+        return tuple(fn(*layers) for layers in zip(*caches))
+    return jax.vmap(fn)(*caches)
+
+
+def _write_layer(cache: tuple[jax.Array, ...] | jax.Array, layer: Any, new: jax.Array, write_index: jax.Array,
+                 window: int) -> tuple[tuple[jax.Array, ...] | jax.Array, jax.Array]:
+    """The cache with `new` [B, T, kv, D] written to `layer` at columns write_index.., and that layer's first
+    `window` columns. A stacked cache takes the scan's traced layer index: one in-place update of the
+    stacked array and a read of the window, never a copy of the other layers."""
+    if isinstance(cache, tuple):
+        updated = jax.lax.dynamic_update_slice(cache[layer], new.astype(cache[layer].dtype), (0, write_index, 0, 0))
+        return cache[:layer] + (updated,) + cache[layer + 1:], updated[:, :window]
+    cache = jax.lax.dynamic_update_slice(cache, new[None].astype(cache.dtype), (layer, 0, write_index, 0, 0))
+    size = (1, cache.shape[1], window) + cache.shape[3:]
+    return cache, jax.lax.dynamic_slice(cache, (layer, 0, 0, 0, 0), size)[0]
+
+
+def _window_attention(q: jax.Array, keys: jax.Array, values: jax.Array, valid: jax.Array,
                       write_index: jax.Array, window: int, kernel: AttentionKernel) -> jax.Array:
     """Attention of q [B, T, H, D], written at columns write_index.., over the first `window` columns of one
-    layer's cache.
+    layer's cache (`keys`, `values`: those columns).
 
-    The static slice reads only the window, not the whole allocated cache. How it attends is the model's
+    Only the window is read, not the whole allocated cache. How it attends is the model's
     `attention_kernel` (`attention_kernels.causal_attention`): under `chunked`, a prefill or an extend
     never holds [B, H, T, window] scores (dense ones of a 3072-token screenshot turn over a 10240-column
     window ran 10-20x slower on a CPU); a decode step (T = 1) is dense under every kernel, its scores one row.
     """
-    keys = layer_k[:, :window].astype(q.dtype)
-    values = layer_v[:, :window].astype(q.dtype)
-    return causal_attention(q, keys, values, valid[:, :window], write_index, kernel)
+    return causal_attention(q, keys.astype(q.dtype), values.astype(q.dtype), valid[:, :window], write_index, kernel)
 
 
 def _forward_with_cache(model: CausalLM, cache: KVCache, write_index: jax.Array, tokens: jax.Array,
                         token_valid: jax.Array, positions: jax.Array, window: int,
-                        inputs: ModelInputs | None = None) -> tuple[jax.Array, KVCache]:
+                        inputs: ModelInputs | None = None, row_sharding: Any = None) -> tuple[jax.Array, KVCache]:
     """Writes tokens [B, T] at columns write_index.. and returns their final hidden states.
 
     Attention reads the first `window` (static) cache columns, which must cover write_index + T.
+    `row_sharding` (a prefill's): every layer's attention output and the final hidden states stay split
+    by rows, as the cache is. Without it XLA's propagation from FSDP-sharded weights runs the whole batch
+    on every device: the alfworld paper policy's prefill (128 rows x 2048 tokens, 8 devices, 2 layers)
+    held 74.7 GiB of temporaries per device, 10.7 GiB with it (`docs/results.md`). A decode step is left
+    alone: there the constraint makes XLA gather the output layer (0.5 -> 4.4 GiB).
     """
     valid = jax.lax.dynamic_update_slice(cache.valid, token_valid, (0, write_index))
-    start = (0, write_index, 0, 0)
     # A model of one's own (interfaces.CausalLM) need not name a kernel: it gets this platform's default.
     kernel = getattr(model, "attention_kernel", None) or resolve_attention()
 
     def attend(layer, q, k, v, kv):
-        keys, values = kv
-        layer_k = jax.lax.dynamic_update_slice(keys[layer], k.astype(keys[layer].dtype), start)
-        layer_v = jax.lax.dynamic_update_slice(values[layer], v.astype(values[layer].dtype), start)
-        out = _window_attention(q, layer_k, layer_v, valid, write_index, window, kernel)
-        return out, (keys[:layer] + (layer_k,) + keys[layer + 1:], values[:layer] + (layer_v,) + values[layer + 1:])
+        keys, window_k = _write_layer(kv[0], layer, k, write_index, window)
+        values, window_v = _write_layer(kv[1], layer, v, write_index, window)
+        out = _window_attention(q, window_k, window_v, valid, write_index, window, kernel)
+        if row_sharding is not None:
+            out = jax.lax.with_sharding_constraint(out, row_sharding)
+        return out, (keys, values)
 
     hidden, (new_k, new_v) = model.run_layers(tokens, positions, attend, (cache.k, cache.v), inputs=inputs)
+    if row_sharding is not None:
+        hidden = jax.lax.with_sharding_constraint(hidden, row_sharding)
     return hidden, KVCache(k=new_k, v=new_v, valid=valid)
 
 
 def prefill(params: nnx.State, state: DecodeState, tokens: jax.Array, token_valid: jax.Array,
-            inputs: ModelInputs | None = None, *, graphdef: nnx.GraphDef, window: int) -> DecodeState:
+            inputs: ModelInputs | None = None, *, graphdef: nnx.GraphDef, window: int,
+            row_sharding: Any = None) -> DecodeState:
     """Appends left-padded tokens [B, T] to every row and readies generation.
 
     Works for a first prompt and for a continuation alike. Rows with no valid token
@@ -136,7 +168,7 @@ def prefill(params: nnx.State, state: DecodeState, tokens: jax.Array, token_vali
     positions = state.positions[:, None] + jnp.cumsum(steps, axis=1) - 1
     positions = jnp.where(token_valid, positions, 0)
     hidden, cache = _forward_with_cache(model, state.cache, state.write_index, tokens, token_valid,
-                                        positions, window, inputs)
+                                        positions, window, inputs, row_sharding)
     has_tokens = token_valid.any(axis=1)
     next_positions = state.positions + steps.sum(axis=1)
     if inputs is not None and inputs.position_ids is not None:
@@ -171,9 +203,11 @@ def replicate_rows(state: DecodeState, num_rows: jax.Array, num_samples: jax.Arr
     source = jnp.where(real, rows // num_samples, 0)
 
     def take(axes, leaf):
-        return jnp.take(leaf, source, axis=0) if axes[:1] == ("batch",) else leaf
+        return jnp.take(leaf, source, axis=axes.index("batch")) if "batch" in axes else leaf
 
-    state = jax.tree.map(take, state_logical_axes(len(state.cache.k)), state, is_leaf=is_axes)
+    stacked = not isinstance(state.cache.k, tuple)
+    axes = state_logical_axes(state.cache.k.shape[0] if stacked else len(state.cache.k), stacked)
+    state = jax.tree.map(take, axes, state, is_leaf=is_axes)
     return state.replace(cache=state.cache.replace(valid=state.cache.valid & real[:, None]),
                          done=state.done | ~real)
 
@@ -275,8 +309,7 @@ def repack_rows(state: DecodeState, rows: jax.Array, write_column: jax.Array, *,
     def gather(layer: jax.Array) -> jax.Array:
         return layer[source[:, None], order]
 
-    cache = KVCache(k=tuple(gather(layer) for layer in state.cache.k),
-                    v=tuple(gather(layer) for layer in state.cache.v), valid=packed_valid)
+    cache = KVCache(k=map_layers(gather, state.cache.k), v=map_layers(gather, state.cache.v), valid=packed_valid)
     return state.replace(cache=cache, write_index=jnp.maximum(jnp.max(count), write_column).astype(jnp.int32),
                          positions=state.positions[source], logits=state.logits[source],
                          done=state.done[source] | ~real, tokens=state.tokens[source],
@@ -303,8 +336,11 @@ def insert_rows(state: DecodeState, source: DecodeState, rows: jax.Array) -> Dec
     def put(target: jax.Array, value: jax.Array) -> jax.Array:
         return target.at[rows].set(value.astype(target.dtype), mode="drop")
 
-    cache = KVCache(k=tuple(place(t, s, 0) for t, s in zip(state.cache.k, source.cache.k)),
-                    v=tuple(place(t, s, 0) for t, s in zip(state.cache.v, source.cache.v)),
+    def place_layer(target: jax.Array, rows_source: jax.Array) -> jax.Array:
+        return place(target, rows_source, 0)
+
+    cache = KVCache(k=map_layers(place_layer, state.cache.k, source.cache.k),
+                    v=map_layers(place_layer, state.cache.v, source.cache.v),
                     valid=place(state.cache.valid, source.cache.valid, False))
     return state.replace(cache=cache, positions=put(state.positions, source.positions),
                          logits=put(state.logits, source.logits), done=put(state.done, source.done),

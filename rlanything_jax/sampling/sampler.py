@@ -22,13 +22,13 @@ from jax.sharding import Mesh
 
 from rlanything_jax import multihost
 from rlanything_jax import sharding as sharding_lib
-from rlanything_jax.interfaces import CausalLM
+from rlanything_jax.interfaces import CausalLM, cache_is_stacked
 from rlanything_jax.models.qwen3_vl.processor import ImageInput
 from rlanything_jax.sampling import decode as decode_lib
 from rlanything_jax.sampling.buckets import bucket_length
-from rlanything_jax.sampling.vision_inputs import VisionInputs
 from rlanything_jax.sampling.stops import Completion, finish_rows
 from rlanything_jax.sampling.strategies import Greedy, SamplingStrategy
+from rlanything_jax.sampling.vision_inputs import VisionInputs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,8 +104,9 @@ class Sampler:
         def to_sharding(axes, leaf):
             return sharding_lib.named_sharding(self.mesh, axes, self.rules, leaf.shape)
 
-        return jax.tree.map(to_sharding, decode_lib.state_logical_axes(self.model_config.num_layers), state_shapes,
-                            is_leaf=decode_lib.is_axes)
+        layout = self.model_config
+        axes = decode_lib.state_logical_axes(layout.num_layers, cache_is_stacked(layout))
+        return jax.tree.map(to_sharding, axes, state_shapes, is_leaf=decode_lib.is_axes)
 
     def _rows_sharding(self, state: decode_lib.DecodeState, rank: int):
         """How a host array of one value (rank 1) or one token list (rank 2) per row is laid out."""
@@ -131,17 +132,20 @@ class Sampler:
         counter = self.compilations
 
         donate = (1,)  # the decode state; it follows the params
+        rows = self._rows_sharding(state, 1)   # a prefill's activations stay split by rows (decode_lib)
         if kind == "prefill":
             def program(params, state, tokens, valid):
                 counter["prefill"] += 1  # runs once per trace, i.e. per compilation
-                return decode_lib.prefill(params, state, tokens, valid, graphdef=self.graphdef, **static)
+                return decode_lib.prefill(params, state, tokens, valid, graphdef=self.graphdef, row_sharding=rows,
+                                          **static)
             in_shardings = (self._param_shardings, state_shardings, batch_2d, batch_2d)
         elif kind == "prefill_images":
             static.pop("image_tokens")   # only a cache key: the embeddings' bucketed row count
 
             def program(params, state, tokens, valid, inputs):
                 counter["prefill_images"] += 1
-                return decode_lib.prefill(params, state, tokens, valid, inputs, graphdef=self.graphdef, **static)
+                return decode_lib.prefill(params, state, tokens, valid, inputs, graphdef=self.graphdef,
+                                          row_sharding=rows, **static)
             in_shardings = (self._param_shardings, state_shardings, batch_2d, batch_2d, None)
         elif kind == "decode":
             def program(params, state, max_new_tokens, max_steps):

@@ -17,7 +17,14 @@ pytest.importorskip("textworld")
 
 from rlanything_jax.agents.scenario import GeneratorContext
 from rlanything_jax.agents.trajectory import Episode, JudgedEpisode, StepJudgments, StepRecord
-from rlanything_jax.curriculum.generators import EnvironmentModel, GeneratorChain, ProceduralGenerator, derived_seed
+from rlanything_jax.curriculum.generators import (
+    Ask,
+    EnvironmentModel,
+    GeneratorChain,
+    ProceduralGenerator,
+    derived_seed,
+    run_proposals,
+)
 from rlanything_jax.envs.base import Observation, Task
 from rlanything_jax.scenarios import make_scenario
 from rlanything_jax.scenarios.alfworld import env as alfworld
@@ -371,3 +378,35 @@ def test_repeated_prompts_are_prefilled_once_and_answered_in_their_places(env_mo
     assert sampler.prefilled[0] == 2 and sampler.batches[0] == 4
     assert model.generate([first, first, second], 6, seed=0, tag="t") == [alone[0], alone[0], alone[1]]
     assert sampler.prefilled[-1] == 3   # unequal repeats: one row per prompt, as before
+
+
+def test_a_steps_rewrites_share_the_env_models_rows(env_model):
+    """`run_proposals` (the loop's adaptation): three tasks' rewrite prompts go to the real sampler as one
+    continuous-batching call through 6 rows, each prompt prefilled once for its 3 answers; greedy answers do
+    not depend on which tasks share the rows."""
+    tasks = coding.builtin_stdio_tasks()[:3]
+    model = EnvironmentModel(env_model, temperature=0.0, batch_size=6)
+    generator = ProblemRewriteGenerator(model, max_new_tokens=8)
+    before = env_model.prefilled["rows"]
+    assert run_proposals([generator.proposal(t, t, "harder", 1.0, [], step=2) for t in tasks]) == [None] * 3
+    assert env_model.prefilled["rows"] - before == 3
+    assert generator.metrics["coding/problem/unparseable"] == 9
+    assert 0 < model.metrics["env_model/busy_slot_steps"] <= 9 * 8 and model.metrics["env_model/slot_steps"] > 0
+    asks = [Ask(model, (problem_prompt(t, t, "harder", ()),) * 3, 8, seed=0, tag="t") for t in tasks]
+    together = model.answer(asks)
+    assert together == [model.answer([ask])[0] for ask in asks] and len({texts[0] for texts in together}) == 3
+
+
+def test_a_chain_drives_its_model_generator_and_falls_back_inside_one_proposal(env_model, raw_alfworld, tmp_path):
+    """A chain's proposal asks through its first generator and, when that gives nothing, takes the knobs'
+    candidate: the same as `propose`, one task at a time."""
+    model = GoalRewriteGenerator(EnvironmentModel(env_model, seed=1), tmp_path / "goal", num_tries=2,
+                                 max_new_tokens=8, summary_max_new_tokens=8)
+    chain = GeneratorChain([model, ProceduralGenerator(procedural_maker(tmp_path / "knobs"))])
+    proposal = chain.proposal(raw_alfworld, raw_alfworld, "harder", 1.0, [], step=7)
+    ask = next(proposal)   # no failed episodes: no summaries, straight to the goal prompts
+    assert isinstance(ask, Ask) and len(ask.prompts) == 2 and ask.tag == "alfworld/goal"
+    with pytest.raises(StopIteration) as stop:
+        proposal.send(["not a rewrite", None])
+    assert stop.value.value.payload["proposed_by"] == "procedural"
+    assert model.metrics["alfworld/goal/unparseable"] == 1

@@ -108,11 +108,17 @@ class Qwen3VL(Decoder):
             x = scatter_at_placeholders(x, placeholder, rows, inputs.embeddings)
             deepstack = inputs.deepstack
 
-            def after_layer(index: int, hidden: jax.Array) -> jax.Array:
-                if deepstack is None or index >= deepstack.shape[0]:
+            def after_layer(index: int | jax.Array, hidden: jax.Array) -> jax.Array:
+                if deepstack is None or (isinstance(index, int) and index >= deepstack.shape[0]):
                     return hidden
+                levels = deepstack.shape[0]
+                # Scanned layers give a traced index: every layer computes the features, the later ones add 0.
+                level = index if isinstance(index, int) else jnp.minimum(index, levels - 1)
+                features = jax.lax.dynamic_index_in_dim(deepstack, level, axis=0, keepdims=False)
                 # Features to add at the placeholders, 0 elsewhere; the final layer may keep only the last columns.
-                added = scatter_at_placeholders(jnp.zeros_like(x), placeholder, rows, deepstack[index])
+                added = scatter_at_placeholders(jnp.zeros_like(x), placeholder, rows, features)
+                if not isinstance(index, int):
+                    added = jnp.where(index < levels, added, jnp.zeros_like(added))
                 return hidden + added[:, x.shape[1] - hidden.shape[1]:]
 
         return self.run_embedded(x, cos, sin, attend, carry, last, after_layer)

@@ -7,6 +7,7 @@ so their mapping is `hf_io`'s; the vision tower's are named here. `hf_io.load_pr
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 from typing import Any
@@ -78,9 +79,11 @@ def _ours_to_hf(cfg: Qwen3VLConfig):
 
 
 def load(hf: dict[str, Any], hf_dir: str | Path, param_dtype: Any, compute_dtype: Any, mesh: Mesh | None,
-         rules: sharding_lib.Rules, attention: AttentionKernel | None = None) -> Qwen3VL:
-    """The `Qwen3VL` of a checkpoint directory whose config.json `hf` has model_type qwen3_vl."""
+         rules: sharding_lib.Rules, attention: AttentionKernel | None = None, scan_layers: bool = False) -> Qwen3VL:
+    """The `Qwen3VL` of a checkpoint directory whose config.json `hf` has model_type qwen3_vl; `scan_layers`:
+    its text layers stacked and scanned."""
     cfg = Qwen3VLConfig.from_hf(hf)
+    cfg = dataclasses.replace(cfg, text=dataclasses.replace(cfg.text, scan_layers=scan_layers))
     build = lambda: Qwen3VL(cfg, dtype=compute_dtype, param_dtype=param_dtype, attention=attention)  # noqa: E731
     return hf_io.load_into(build, hf_dir,
                            param_dtype, mesh, rules, key_for=hf_key_for, to_ours=hf_to_ours, name="Qwen3-VL")

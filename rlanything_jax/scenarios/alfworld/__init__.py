@@ -60,7 +60,7 @@ class AlfworldScenario(TextGameScenario):
         procedural = ProceduralGenerator(procedural_maker(context.out_dir))
         if context.kind == "procedural" or context.environment_sampler is None:
             return procedural
-        model = EnvironmentModel(context.environment_sampler, temperature=context.temperature, seed=context.seed)
+        model = EnvironmentModel.from_context(context)
         return GeneratorChain([GoalRewriteGenerator(model, context.out_dir, num_tries=context.candidates_per_task,
                                                     max_new_tokens=context.max_new_tokens)])
 

@@ -12,11 +12,19 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from pathlib import Path
 
 from rlanything_jax.agents.trajectory import JudgedEpisode
-from rlanything_jax.curriculum.generators import EnvironmentModel, VariantMaker, annotate, check_direction
+from rlanything_jax.curriculum.generators import (
+    Ask,
+    EnvironmentModel,
+    Proposal,
+    Proposes,
+    VariantMaker,
+    annotate,
+    check_direction,
+)
 from rlanything_jax.envs.base import Task
 from rlanything_jax.scenarios.alfworld import env as alfworld
 from rlanything_jax.scenarios.alfworld import goal_rewrite
@@ -46,7 +54,7 @@ def procedural_maker(out_dir: str | Path, verify: bool = True) -> VariantMaker:
     return maker
 
 
-class GoalRewriteGenerator:
+class GoalRewriteGenerator(Proposes):
     """The environment model rewrites the raw game's goal types (ALFWorld's env-model move)."""
 
     def __init__(self, model: EnvironmentModel, out_dir: str | Path, num_tries: int = 8,
@@ -62,29 +70,30 @@ class GoalRewriteGenerator:
     def metrics(self) -> Counter:
         return self._metrics + self.model.metrics
 
-    def propose(self, raw: Task, active: Task, direction: str, accuracy: float,
-                episodes: Sequence[JudgedEpisode], step: int) -> Task | None:
+    def proposal(self, raw: Task, active: Task, direction: str, accuracy: float,
+                 episodes: Sequence[JudgedEpisode], step: int) -> Proposal:
         check_direction(direction)
-        summaries = self._failure_summaries(raw, episodes, step)
+        summaries = yield from self._failure_summaries(raw, episodes, step)
         prompts = goal_rewrite.goal_rewrite_prompts(raw, direction, accuracy, summaries, self.num_tries)
         if summaries and not self.model.fits(prompts[-1], self.max_new_tokens):
             self._metrics["alfworld/goal/summaries_dropped_for_length"] += 1
             prompts = goal_rewrite.goal_rewrite_prompts(raw, direction, accuracy, (), self.num_tries)
-        texts = self.model.generate(prompts, self.max_new_tokens, self.model.sampling_seed(raw, step, "goal"),
-                                    "alfworld/goal")
+        texts = yield Ask(self.model, tuple(prompts), self.max_new_tokens,
+                          self.model.sampling_seed(raw, step, "goal"), "alfworld/goal")
         candidate, counts = goal_rewrite.goal_candidate_from_outputs(raw, texts, self.out_dir,
                                                                      exclude_ids={active.task_id})
         self._metrics.update({f"alfworld/goal/{k}": v for k, v in counts.items()})
         self._metrics[f"env_model/{raw.kind}/{'proposed' if candidate else 'none'}"] += 1
         return None if candidate is None else annotate(candidate, raw, "env_model", direction, step)
 
-    def _failure_summaries(self, raw: Task, episodes: Sequence[JudgedEpisode], step: int) -> list[tuple[int, str]]:
+    def _failure_summaries(self, raw: Task, episodes: Sequence[JudgedEpisode],
+                           step: int) -> Generator[Ask, list, list[tuple[int, str]]]:
         failed = goal_rewrite.failed_episodes(episodes)
         if not failed:
             return []
-        prompts = [goal_rewrite.failure_summary_prompt(e) for e in failed]
-        texts = self.model.generate(prompts, self.summary_max_new_tokens,
-                                    self.model.sampling_seed(raw, step, "summary"), "alfworld/summary")
+        prompts = tuple(goal_rewrite.failure_summary_prompt(e) for e in failed)
+        texts = yield Ask(self.model, prompts, self.summary_max_new_tokens,
+                          self.model.sampling_seed(raw, step, "summary"), "alfworld/summary")
         summaries = []
         for episode, text in zip(failed, texts):
             if text is None:

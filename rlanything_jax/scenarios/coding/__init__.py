@@ -123,7 +123,7 @@ class CodingScenario:
     def task_generator(self, context: GeneratorContext):
         if context.kind != "env_model" or context.environment_sampler is None:
             return None  # coding problems have no difficulty knobs
-        model = EnvironmentModel(context.environment_sampler, temperature=context.temperature, seed=context.seed)
+        model = EnvironmentModel.from_context(context)
         return ProblemRewriteGenerator(model, max_new_tokens=context.max_new_tokens,
                                        num_samples=context.candidates_per_task)
 

@@ -8,14 +8,14 @@ from collections import Counter
 from collections.abc import Sequence
 
 from rlanything_jax.agents.trajectory import JudgedEpisode
-from rlanything_jax.curriculum.generators import EnvironmentModel, annotate, check_direction
+from rlanything_jax.curriculum.generators import Ask, EnvironmentModel, Proposal, Proposes, annotate, check_direction
 from rlanything_jax.envs.base import Task
 from rlanything_jax.scenarios.coding import problems
 
 log = logging.getLogger(__name__)
 
 
-class ProblemRewriteGenerator:
+class ProblemRewriteGenerator(Proposes):
     def __init__(self, model: EnvironmentModel, max_new_tokens: int = 4096, num_samples: int = 3,
                  min_tests: int = 4, max_tests: int | None = 16, sandbox_workers: int | None = None):
         self.model = model
@@ -30,8 +30,8 @@ class ProblemRewriteGenerator:
     def metrics(self) -> Counter:
         return self._metrics + self.model.metrics
 
-    def propose(self, raw: Task, active: Task, direction: str, accuracy: float,
-                episodes: Sequence[JudgedEpisode], step: int) -> Task | None:
+    def proposal(self, raw: Task, active: Task, direction: str, accuracy: float,
+                 episodes: Sequence[JudgedEpisode], step: int) -> Proposal:
         del accuracy  # the prompt shows per-test pass rates instead
         check_direction(direction)
         if not (problems.is_stdio_task(raw) and problems.is_stdio_task(active)):
@@ -44,8 +44,8 @@ class ProblemRewriteGenerator:
             log.warning("%s: could not measure pass rates: %r", active.task_id, error)
             rates = ()
         prompt = problems.problem_prompt(raw, active, direction, rates, num_tests=self.min_tests)
-        texts = self.model.generate([prompt] * self.num_samples, self.max_new_tokens,
-                                    self.model.sampling_seed(raw, step, "problem"), "coding/problem")
+        texts = yield Ask(self.model, (prompt,) * self.num_samples, self.max_new_tokens,
+                          self.model.sampling_seed(raw, step, "problem"), "coding/problem")
         candidate, counts = problems.problem_candidate_from_outputs(raw, texts, self.min_tests, self.max_tests,
                                                                     exclude_ids={active.task_id})
         self._metrics.update({f"coding/problem/{k}": v for k, v in counts.items()})

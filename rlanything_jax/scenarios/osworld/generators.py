@@ -21,7 +21,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from rlanything_jax.agents.trajectory import JudgedEpisode
-from rlanything_jax.curriculum.generators import EnvironmentModel, annotate, check_direction
+from rlanything_jax.curriculum.generators import (
+    Ask,
+    EnvironmentModel,
+    Proposal,
+    Proposes,
+    annotate,
+    check_direction,
+    finished,
+)
 from rlanything_jax.envs.base import Task
 from rlanything_jax.scenarios.osworld.task_families import rewrite
 
@@ -146,6 +154,10 @@ class KnobGenerator:
         self.make_task = make_task   # (task JSON, pool id or None) -> Task
         self.metrics: Counter = Counter()
 
+    def proposal(self, raw: Task, active: Task, direction: str, accuracy: float,
+                 episodes: Sequence[JudgedEpisode], step: int) -> Proposal:
+        return finished(self.propose(raw, active, direction, accuracy, episodes, step))
+
     def propose(self, raw: Task, active: Task, direction: str, accuracy: float,
                 episodes: Sequence[JudgedEpisode], step: int) -> Task | None:
         del accuracy, episodes
@@ -162,7 +174,7 @@ class KnobGenerator:
         return annotate(task, raw, "procedural", direction, step)
 
 
-class EvaluatorRewriteGenerator:
+class EvaluatorRewriteGenerator(Proposes):
     def __init__(self, model: EnvironmentModel, make_task, num_samples: int = 3, max_new_tokens: int = 8096):
         self.model = model
         self.make_task = make_task
@@ -174,13 +186,13 @@ class EvaluatorRewriteGenerator:
     def metrics(self) -> Counter:
         return self._metrics + self.model.metrics
 
-    def propose(self, raw: Task, active: Task, direction: str, accuracy: float,
-                episodes: Sequence[JudgedEpisode], step: int) -> Task | None:
+    def proposal(self, raw: Task, active: Task, direction: str, accuracy: float,
+                 episodes: Sequence[JudgedEpisode], step: int) -> Proposal:
         del accuracy, episodes
         check_direction(direction)
         data = with_variants(active.payload["source"])
-        texts = self.model.generate([rewrite_prompt(data, direction)] * self.num_samples, self.max_new_tokens,
-                                    self.model.sampling_seed(raw, step, "osworld"), "osworld/rewrite")
+        texts = yield Ask(self.model, (rewrite_prompt(data, direction),) * self.num_samples, self.max_new_tokens,
+                          self.model.sampling_seed(raw, step, "osworld"), "osworld/rewrite")
         for text in texts:
             parsed, status = parse_rewrite(text, data["task_template"])
             self._metrics[f"osworld/rewrite/{status}"] += 1

@@ -164,7 +164,7 @@ class OsWorldScenario:
         knobs = KnobGenerator(self.make_task)
         if context.kind == "procedural" or context.environment_sampler is None:
             return knobs
-        model = EnvironmentModel(context.environment_sampler, temperature=context.temperature, seed=context.seed)
+        model = EnvironmentModel.from_context(context)
         rewrite = EvaluatorRewriteGenerator(model, self.make_task, num_samples=context.candidates_per_task,
                                             max_new_tokens=context.max_new_tokens)
         return GeneratorChain([rewrite, knobs])
