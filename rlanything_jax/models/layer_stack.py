@@ -47,15 +47,25 @@ def scan_stacked(stacked: nnx.Module, step: Callable[[nnx.Module, jax.Array, Any
     return carry
 
 
-def is_stacked_path(path: tuple, container: str = "layers") -> bool:
-    """Whether a parameter path such as ('layers', 'attn', 'q_proj', 'kernel') is a stacked one (an unrolled
-    model's has the layer's index after the container: ('layers', 3, 'attn', ...))."""
-    return len(path) > 1 and path[0] == container and not isinstance(path[1], int)
+# The modules that hold repeated layers: a decoder's `layers`, a vision tower's `blocks`.
+CONTAINERS = ("layers", "blocks")
+
+
+def _container_at(path: tuple) -> int | None:
+    return next((i for i, key in enumerate(path) if key in CONTAINERS), None)
+
+
+def is_stacked_path(path: tuple) -> bool:
+    """Whether a parameter path such as ('layers', 'attn', 'q_proj', 'kernel') or ('visual', 'blocks', 'mlp',
+    ...) is a stacked one (an unrolled model's has the layer's index after the container: ('layers', 3, ...))."""
+    at = _container_at(path)
+    return at is not None and at + 1 < len(path) and not isinstance(path[at + 1], int)
 
 
 def per_layer_path(path: tuple, index: int) -> tuple:
     """('layers', 'attn', ...) -> ('layers', index, 'attn', ...): the unrolled model's path of one layer."""
-    return (path[0], index) + tuple(path[1:])
+    at = _container_at(path) + 1
+    return tuple(path[:at]) + (index,) + tuple(path[at:])
 
 
 def per_layer_shapes(path: tuple, shape: tuple[int, ...]) -> list[tuple[tuple, tuple[int, ...]]]:

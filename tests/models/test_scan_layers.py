@@ -109,6 +109,23 @@ def test_greedy_decoding_matches_transformers_and_the_unrolled_log_probs(models)
     hf_reference.assert_logprobs_match_full_forward(scanned, prompts, ours)
 
 
+def test_a_sharded_scanned_model_and_its_sampler_match_one_device(models):
+    """On fsdp 2 x tensor 4: the stacked parameters and cache shard like the unrolled ones (the layers axis
+    whole), and logits and greedy tokens equal the single-device model's."""
+    torch_model, path, unrolled, _ = models
+    mesh = sharding.build_mesh({"fsdp": 2, "tensor": 4}, jax.devices()[:8])
+    scanned = load_pretrained(path, mesh=mesh, scan_layers=True)
+    assert tuple(scanned.layers.mlp.up_proj.kernel[...].sharding.spec) == (None, "fsdp", "tensor")
+    ids, mask = hf_reference.left_padded_batch([7, 12, 3, 9], 256, seed=3)
+    np.testing.assert_allclose(np.asarray(scanned(ids, mask)), np.asarray(unrolled(ids, mask)), atol=1e-5, rtol=0)
+    prompts = [[5, 6, 7, 8, 9], [10, 11, 12], list(range(20, 57)), [3]]
+    sampler = Sampler(scanned, mesh=mesh)
+    conversation = sampler.start(prompts, 12)
+    assert tuple(conversation.state.cache.k.sharding.spec)[:2] == (None, ("data", "fsdp"))   # [layers, batch, ...]
+    ours = sampler.generate(prompts, 12, stop_token_ids=[])
+    assert [c.token_ids for c in ours] == hf_reference.greedy_generate(torch_model, prompts, 12)
+
+
 def test_refilled_rows_join_and_repack_a_stacked_cache(models):
     """Continuous batching moves rows of the stacked [layers, batch, ...] cache (join, repack, replicate)."""
     *_, unrolled, scanned = models
@@ -171,19 +188,60 @@ def test_compiled_programs_do_not_grow_with_depth():
 
 
 @pytest.mark.parametrize("shape", ["tied-gqa4-deepstack1", "untied-gqa1-deepstack3-over-2-layers"])
-def test_qwen3_vl_with_scanned_text_layers_matches_transformers_on_images(tmp_path, shape):
+def test_qwen3_vl_with_scanned_layers_matches_transformers_on_images(tmp_path, shape):
     """DeepStack under a traced layer index: one level over 3 layers (the later layers add nothing), and
-    3 levels over 2 layers (the last level is never used)."""
+    3 levels over 2 layers (the last level is never used); the vision tower's blocks scanned too, its
+    DeepStack taps kept in the scan's carry."""
     from tests.models.qwen3_vl import vl_reference
 
     torch_model = vl_reference.build(shape, tmp_path, seed=3)
     scanned = load_pretrained(tmp_path, scan_layers=True)
     assert scanned.config.scan_layers and scanned.layers.attn.q_proj.kernel.shape[0] == scanned.config.num_layers
+    assert scanned.visual.blocks.attn.qkv.kernel.shape[0] == scanned.vl_config.vision.depth   # the tower's too
     input_ids, mask, pixel_values, grid_thw = vl_reference.prompt_batch([2, 1], seed=4)
     expected = vl_reference.reference_logits(torch_model, input_ids, mask, pixel_values, grid_thw)
     valid = mask.astype(bool)
     logits = np.asarray(scanned(input_ids, mask, pixel_values, grid_thw))
     np.testing.assert_allclose(logits[valid], expected[valid], atol=1e-4, rtol=0)
+    save_pretrained(scanned, tmp_path / "saved")   # per-layer and per-block tensors again
+    again = np.asarray(load_pretrained(tmp_path / "saved")(input_ids, mask, pixel_values, grid_thw))
+    np.testing.assert_allclose(again[valid], logits[valid], atol=1e-5, rtol=0)
+
+
+def test_a_scanned_vision_tower_gives_the_same_features_and_gradients():
+    """The tower's blocks stacked and scanned, DeepStack taps at blocks 0 and 2 of 4, remat full: features
+    and every gradient equal the unrolled tower's with the same weights."""
+    from rlanything_jax.models.qwen3_vl.config import VisionConfig
+    from rlanything_jax.models.qwen3_vl.vision import VisionTower
+
+    cfg = VisionConfig(depth=4, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=48,
+                       num_position_embeddings=64, deepstack_visual_indexes=(0, 2), patch_size=4)
+    unrolled = VisionTower(cfg, rngs=nnx.Rngs(1))
+    scanned = VisionTower(cfg, rngs=nnx.Rngs(2), scan_blocks=True)
+    weights = _per_layer(nnx.state(unrolled, nnx.Param))
+    for path, variable in nnx.to_flat_state(nnx.state(scanned, nnx.Param)):
+        variable[...] = (np.stack([weights[per_layer_path(path, i)] for i in range(cfg.depth)])
+                         if is_stacked_path(path) else weights[path])
+    layout = unrolled.layout([(1, 8, 12), (1, 4, 6)], 128)
+    pixels = jnp.asarray(np.random.default_rng(2).standard_normal((128, cfg.patch_dim)), jnp.float32)
+    results = []
+    for tower in (unrolled, scanned):
+        graphdef, params = nnx.split(tower)
+
+        def loss(params, graphdef=graphdef):
+            model = nnx.merge(graphdef, params)
+            model.remat = "full"
+            embeddings, deepstack = model(pixels, layout)
+            return jnp.sum(embeddings ** 2) + jnp.sum(jnp.sin(deepstack)), (embeddings, deepstack)
+
+        (_, features), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
+        results.append((features, _per_layer(grads)))
+    (features, grads), (scanned_features, scanned_grads) = results
+    for ours, theirs in zip(scanned_features, features):
+        np.testing.assert_allclose(np.asarray(ours), np.asarray(theirs), atol=1e-5, rtol=0)
+    assert scanned_grads.keys() == grads.keys()
+    for path, grad in grads.items():   # float32 sums over 128 patches in another order: 1e-4
+        np.testing.assert_allclose(scanned_grads[path], grad, atol=1e-4, rtol=1e-4, err_msg=str(path))
 
 
 def test_paper_configs_scan_and_checkpoints_do_not_record_it():

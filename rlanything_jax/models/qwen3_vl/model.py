@@ -77,7 +77,7 @@ class Qwen3VL(Decoder):
         super().__init__(cfg.text, dtype=dtype, param_dtype=param_dtype, rngs=rngs, attention=attention)
         self.vl_config = cfg
         self.visual = VisionTower(cfg.vision, dtype=dtype, param_dtype=param_dtype, rngs=rngs,
-                                  attention=self.attention_kernel)
+                                  attention=self.attention_kernel, scan_blocks=cfg.text.scan_layers)
 
     def image_features(self, pixel_values: jax.Array, image_grid_thw: np.ndarray) -> tuple[jax.Array, jax.Array]:
         """Image embeddings [N, embed] (N = image tokens of all images, in order) and DeepStack features

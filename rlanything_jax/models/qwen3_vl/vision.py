@@ -25,6 +25,7 @@ from rlanything_jax.models import flash
 from rlanything_jax.models import fused_attention as fused
 from rlanything_jax.models.attention_kernels import AttentionKernel, log_fallback, resolve_attention
 from rlanything_jax.models.decoder import Projection, _init, remat_call
+from rlanything_jax.models.layer_stack import scan_stacked, stacked_module
 from rlanything_jax.models.qwen3_vl.config import VisionConfig
 from rlanything_jax.models.qwen3_vl.patches import Grid, PatchLayout, patch_layout
 
@@ -273,7 +274,7 @@ class VisionTower(nnx.Module):
     features [levels, N / merge², out]. `attention`: how its blocks attend (default: this platform's `auto`)."""
 
     def __init__(self, cfg: VisionConfig, *, dtype=jnp.float32, param_dtype=jnp.float32,
-                 rngs: nnx.Rngs | None = None, attention: AttentionKernel | None = None):
+                 rngs: nnx.Rngs | None = None, attention: AttentionKernel | None = None, scan_blocks: bool = False):
         rngs = rngs if rngs is not None else nnx.Rngs(0)
         attention = attention if attention is not None else resolve_attention()
         dims = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
@@ -285,7 +286,13 @@ class VisionTower(nnx.Module):
                                       use_bias=True, **dims)
         self.pos_embed = nnx.Param(_init(rngs, (cfg.num_position_embeddings, cfg.hidden_size), param_dtype, 1),
                                    logical_axes=(None, "embed"))
-        self.blocks = nnx.List([VisionBlock(cfg, attention=attention, **dims) for _ in range(cfg.depth)])
+        # `scan_blocks`: the blocks stacked and run as one scan (models/layer_stack.py), as the text layers.
+        self.scan_blocks = scan_blocks
+        if scan_blocks:
+            self.blocks = stacked_module(lambda r: VisionBlock(cfg, attention=attention, dtype=dtype,
+                                                               param_dtype=param_dtype, rngs=r), cfg.depth, rngs)
+        else:
+            self.blocks = nnx.List([VisionBlock(cfg, attention=attention, **dims) for _ in range(cfg.depth)])
         self.merger = PatchMerger(cfg, postshuffle=False, **dims)
         self.deepstack_mergers = nnx.List([PatchMerger(cfg, postshuffle=True, **dims)
                                            for _ in cfg.deepstack_visual_indexes])
@@ -302,11 +309,24 @@ class VisionTower(nnx.Module):
         position = interpolated_position_embedding(self.pos_embed[...].astype(jnp.float32), layout)
         x = self.patch_embed(pixel_values) + position.astype(self.dtype)
         cos, sin = vision_rope(layout.coords, cfg.head_dim, cfg.rope_theta)
-        deepstack = []
-        for index, block in enumerate(self.blocks):
-            x = remat_call(block, self.remat, lambda b, *a: b(*a), x, cos, sin, layout.segments, layout.valid)
-            if index in cfg.deepstack_visual_indexes:
-                deepstack.append(self.deepstack_mergers[cfg.deepstack_visual_indexes.index(index)](x))
+        def block_call(block, x):
+            return remat_call(block, self.remat, lambda b, *a: b(*a), x, cos, sin, layout.segments, layout.valid)
+
+        taps = cfg.deepstack_visual_indexes
+        if self.scan_blocks:   # the tapped blocks' outputs are kept in the carry, merged after the scan
+            def step(block, index, carry):
+                x, kept = carry
+                x = block_call(block, x)
+                return x, jnp.where((jnp.asarray(taps, jnp.int32) == index)[:, None, None], x[None], kept)
+
+            x, kept = scan_stacked(self.blocks, step, (x, jnp.zeros((len(taps),) + x.shape, x.dtype)))
+            deepstack = [merger(kept[level]) for level, merger in enumerate(self.deepstack_mergers)]
+        else:
+            deepstack = []
+            for index, block in enumerate(self.blocks):
+                x = block_call(block, x)
+                if index in taps:
+                    deepstack.append(self.deepstack_mergers[taps.index(index)](x))
         embeddings = self.merger(x)
         stacked = jnp.stack(deepstack) if deepstack else jnp.zeros((0, *embeddings.shape), embeddings.dtype)
         return embeddings, stacked
