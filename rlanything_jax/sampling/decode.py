@@ -129,7 +129,7 @@ def _forward_with_cache(model: CausalLM, cache: KVCache, write_index: jax.Array,
     Attention reads the first `window` (static) cache columns, which must cover write_index + T.
     `row_sharding` (a prefill's): every layer's attention output and the final hidden states stay split
     by rows, as the cache is. Without it XLA's propagation from FSDP-sharded weights runs the whole batch
-    on every device: the alfworld paper policy's prefill (128 rows x 2048 tokens, 8 devices, 2 layers)
+    on every device: a Qwen2.5-7B policy's paper-config prefill (128 rows x 2048 tokens, 8 devices, 2 layers)
     held 74.7 GiB of temporaries per device, 10.7 GiB with it (`docs/results.md`). A decode step is left
     alone: there the constraint makes XLA gather the output layer (0.5 -> 4.4 GiB).
     """
