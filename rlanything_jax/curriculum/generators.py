@@ -61,7 +61,7 @@ class TaskGenerator(Protocol):
 
     A generator that asks a model should also implement `proposal(...) -> Proposal` with the same
     arguments (`Proposes` then gives it `propose`): the loop then drives every task's proposal side by
-    side (`proposals_of`), and the model answers all tasks' prompts at once instead of task by task."""
+    side (`proposal_of`, `run_proposals`), and the model answers all tasks' prompts at once instead of task by task."""
 
     metrics: Counter
 
