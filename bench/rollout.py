@@ -1,6 +1,7 @@
 """Rollout throughput: many ALFWorld episodes stepped concurrently, where the time goes, and continuous batching.
 
     .venv/bin/python bench/rollout.py [--episodes 64] [--slots 16] [--workers 2] [--turns 24]
+                                      [--env_step_s 0.1] [--slow_env_workers 8] [--sections slots,overlap]
 
 Plays `--episodes` generated ALFWorld games (16 tasks of the six types x G) with a
 tiny random policy over the real Qwen2.5 vocabulary (its random text falls back to
@@ -19,6 +20,10 @@ expert's actions (the policy's responses are still sampled and recorded) and win
    `continuous_batching` says, since nothing waits for a slot.
 3. The environment side: the vectorised `EnvRunner` against one in-process environment
    per episode stepped serially.
+4. A slow environment (`bench/delayed_env.py`: every step also waits `--env_step_s`, as a
+   desktop waits for its action, settle time and screenshot): the slots' environments
+   stepped in turn with decoding, against two cohorts of slots taking turns so that one's
+   environments step while the other decodes (`rollout.overlap_env_steps`).
 
 Ends with one JSON line of the figures.
 """
@@ -36,6 +41,7 @@ from collections import Counter
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import jax  # noqa: E402
+from delayed_env import delayed  # noqa: E402  (bench/: on the path of this script and of its spawned workers)
 
 from rlanything_jax.agents.rollout import RolloutConfig, RolloutEngine  # noqa: E402
 from rlanything_jax.envs.base import InProcessRunner  # noqa: E402
@@ -62,10 +68,10 @@ def _sampler(workdir: str) -> Sampler:
 
 
 def _play(sampler, runner, tasks, group_size: int, turns: int, seed: int, slots: int = 0,
-          continuous: bool = True) -> tuple[Counter, float]:
+          continuous: bool = True, overlap: bool = False) -> tuple[Counter, float]:
     config = RolloutConfig(group_size=group_size, max_turns=turns, max_new_tokens=8, max_context_tokens=16384,
                            temperature=1.0, top_p=1.0, seed=seed, max_live_episodes=slots,
-                           continuous_batching=continuous)
+                           continuous_batching=continuous, overlap_env_steps=overlap)
     plans = {task.task_id: alfworld.expert_actions(task) for task in tasks}
 
     def expert_unless_last(episode, observation):   # mixed lengths: see the module docstring
@@ -106,24 +112,30 @@ def _turn_seconds(sampler: Sampler, rows: int, history: int = 1536, message: int
     return statistics.median(turn(seed) for seed in range(1, 4))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--episodes", type=int, default=64)
-    parser.add_argument("--slots", type=int, default=16)
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--turns", type=int, default=24)
-    args = parser.parse_args()
-    workdir = tempfile.mkdtemp(prefix="bench_rollout_")
-    num_tasks = 16
-    group_size = max(2, args.episodes // num_tasks)
-    knobs = GameKnobs(num_receptacles=10, num_distractors=4)
-    tasks = [alfworld.make_task(seed, TASK_TYPES[seed % len(TASK_TYPES)], knobs, os.path.join(workdir, "games"))
-             for seed in range(num_tasks)]
-    sampler = _sampler(workdir)
-    episodes = num_tasks * group_size
-    print(f"{num_tasks} ALFWorld tasks x G={group_size} = {episodes} episodes, up to {args.turns} turns, "
-          f"{os.cpu_count()} CPU cores ({time.strftime('%Y-%m-%d')})")
-    figures: dict = {"bench": "rollout", "episodes": episodes, "slots": args.slots, "cpu_cores": os.cpu_count()}
+def _overlap(sampler: Sampler, tasks, group_size: int, args, figures: dict) -> None:
+    """Section 4: a slow environment's steps in turn with decoding, and overlapped with the other cohort's."""
+    slow = [delayed(task, args.env_step_s) for task in tasks]
+    walls = {}
+    with EnvRunner(num_workers=args.slow_env_workers,
+                   env_modules=(alfworld.__name__, delayed.__module__)) as runner:
+        for label, overlap in (("in turn", False), ("overlapped", True)):
+            _play(sampler, runner, slow, group_size, args.turns, seed=1, slots=args.slots, overlap=overlap)
+            metrics, walls[label] = _play(sampler, runner, slow, group_size, args.turns, seed=1, slots=args.slots,
+                                          overlap=overlap)
+            _report(f"slow env, {label}", metrics, walls[label])
+            if overlap:
+                print(f"{'':>22}  {int(metrics['rollout/overlapped_env_steps'])} of {metrics['env_steps']} env "
+                      f"steps ran while the other cohort decoded")
+    figures["slow_env_step_s"], figures["slow_env_workers"] = args.env_step_s, args.slow_env_workers
+    figures["slow_env_in_turn_s"] = round(walls["in turn"], 2)
+    figures["slow_env_overlapped_s"] = round(walls["overlapped"], 2)
+    figures["overlap_speedup"] = round(walls["in turn"] / walls["overlapped"], 2)
+    print(f"environment steps overlapped with decoding: {figures['overlap_speedup']:.2f}x fewer seconds "
+          f"({args.slots} slots, {args.slow_env_workers} workers, {args.env_step_s * 1e3:.0f} ms per env step)")
+
+
+def _slots(sampler: Sampler, tasks, group_size: int, args, figures: dict) -> None:
+    """Sections 1-3: continuous batching against waves, one turn's cost, all at once on workers and in-process."""
     turns: dict[str, int] = {}
     with EnvRunner(num_workers=args.workers, env_modules=(alfworld.__name__,)) as runner:
         for label, continuous in (("continuous", True), ("waves", False)):
@@ -154,6 +166,36 @@ def main() -> None:
     serial.close()
     _report("all at once, in-process", metrics, wall)
     figures["all_at_once_in_process_s"] = round(wall, 2)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--episodes", type=int, default=64)
+    parser.add_argument("--slots", type=int, default=16)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--turns", type=int, default=24)
+    parser.add_argument("--env_step_s", type=float, default=0.1,
+                        help="section 4: the slow environment's wait per step")
+    parser.add_argument("--slow_env_workers", type=int, default=8,
+                        help="section 4: worker processes (waiting takes no core: one per desktop or two)")
+    parser.add_argument("--sections", default="slots,overlap", help="which to run: slots (1-3), overlap (4)")
+    args = parser.parse_args()
+    workdir = tempfile.mkdtemp(prefix="bench_rollout_")
+    num_tasks = 16
+    group_size = max(2, args.episodes // num_tasks)
+    knobs = GameKnobs(num_receptacles=10, num_distractors=4)
+    tasks = [alfworld.make_task(seed, TASK_TYPES[seed % len(TASK_TYPES)], knobs, os.path.join(workdir, "games"))
+             for seed in range(num_tasks)]
+    sampler = _sampler(workdir)
+    episodes = num_tasks * group_size
+    print(f"{num_tasks} ALFWorld tasks x G={group_size} = {episodes} episodes, up to {args.turns} turns, "
+          f"{os.cpu_count()} CPU cores ({time.strftime('%Y-%m-%d')})")
+    figures: dict = {"bench": "rollout", "episodes": episodes, "slots": args.slots, "cpu_cores": os.cpu_count()}
+    sections = set(args.sections.split(","))
+    if "slots" in sections:
+        _slots(sampler, tasks, group_size, args, figures)
+    if "overlap" in sections:
+        _overlap(sampler, tasks, group_size, args, figures)
     print(json.dumps(figures))
 
 

@@ -53,8 +53,9 @@ def cpu_run(cfg) -> None:
     cfg.env.update(num_train_tasks=4, num_eval_tasks=4, workers=2, step_timeout_s=120.0)
     cfg.loop.update(total_steps=5, save_every=1, eval_every=5)
     # 192 new tokens: the bundled experts' longest answer is 188 tokens of the run's own tokenizer.
+    # Two cohorts of 2 slots: one's desktops act, settle and take screenshots while the other decodes.
     cfg.rollout.update(tasks_per_step=2, group_size=2, max_turns=3, max_new_tokens=192, max_prompt_tokens=2048,
-                       max_live_episodes=4)
+                       max_live_episodes=4, overlap_env_steps=True)
     cfg.reward.update(num_judgments=3, max_new_tokens=32, temperature=0.8, top_p=1.0)
     cfg.eval.update(group_size=1, temperature=0.0, max_turns=3, judge_probe_tasks=2)
     cfg.curriculum.generator = "procedural"
@@ -73,6 +74,7 @@ def get_config(variant: str = "paper"):
         cfg.tasks.provider = "local"
         cfg.env.update(workers=8)
         cfg.rollout.max_live_episodes = 16   # local desktops cost ~200 MB and a core's share each
+        cfg.rollout.overlap_env_steps = True   # a desktop step (action, settle, screenshot) takes ~0.5-1.5 s
     if variant in ("cpu", "smoke"):
         cpu_run(cfg)
     if variant == "smoke":

@@ -134,6 +134,8 @@ class RolloutSection:
     # An ended episode's slot goes to the next at once (else: waves of tasks); judgments and unit tests
     # likewise refill their rows as generations end (else: fixed chunks).
     continuous_batching: bool = True
+    # Two cohorts of slots take turns: one's environments step while the other decodes (slow environments).
+    overlap_env_steps: bool = False
 
     def __post_init__(self):
         validation.positive_int("tasks_per_step", self.tasks_per_step)
@@ -149,6 +151,7 @@ class RolloutSection:
         validation.positive_int("max_prompt_tokens", self.max_prompt_tokens)
         validation.non_negative_int("max_live_episodes", self.max_live_episodes)
         validation.boolean("continuous_batching", self.continuous_batching)
+        validation.boolean("overlap_env_steps", self.overlap_env_steps)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,6 +10,7 @@ never import a family directly.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any, Callable, Protocol
 
 
@@ -60,6 +61,41 @@ def make_env(kind: str) -> Env:
     return _REGISTRY[kind]()
 
 
+class Submitted(Protocol):
+    """A reset or step handed to a runner: `result()` waits for it and returns id -> result, in order."""
+
+    def result(self) -> dict[int, Any]: ...
+
+
+class Runner(Protocol):
+    """Many episodes by id, as the rollout engine drives them (`envs.runner.EnvRunner` on worker processes,
+    `InProcessRunner`, `envs.shared_runner.ProcessShardedRunner`). A result is a `StepResult` /
+    `Observation`, or an error record with a `reason` that ends only that episode. `submit_step` returns at
+    once where the runner can step while the caller decodes (`submit_reset` likewise); its episodes may
+    not be submitted again before its `result()`. Episodes reset with the same `group` are stepped
+    together: a runner with workers spreads them."""
+
+    def reset(self, tasks: Mapping[int, Task], group: int = 0) -> dict[int, Any]: ...
+
+    def step(self, actions: Mapping[int, str]) -> dict[int, Any]: ...
+
+    def submit_reset(self, tasks: Mapping[int, Task], group: int = 0) -> Submitted: ...
+
+    def submit_step(self, actions: Mapping[int, str]) -> Submitted: ...
+
+    def close_episode(self, episode_id: int) -> None: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class Completed:
+    """A request answered before it was handed back (a runner that steps in the caller's thread)."""
+
+    results: dict[int, Any]
+
+    def result(self) -> dict[int, Any]:
+        return self.results
+
+
 class InProcessRunner:
     """The runner interface (`envs.runner.EnvRunner`) in this process, one env per episode:
     for single episodes, debugging and tests. No timeouts and no crash isolation."""
@@ -67,7 +103,7 @@ class InProcessRunner:
     def __init__(self) -> None:
         self._envs: dict[int, Env] = {}
 
-    def reset(self, tasks: dict[int, Task]) -> dict[int, Observation]:
+    def reset(self, tasks: dict[int, Task], group: int = 0) -> dict[int, Observation]:
         observations = {}
         for episode_id, task in tasks.items():
             self._envs[episode_id] = make_env(task.kind)
@@ -76,6 +112,12 @@ class InProcessRunner:
 
     def step(self, actions: dict[int, str]) -> dict[int, StepResult]:
         return {episode_id: self._envs[episode_id].step(action) for episode_id, action in actions.items()}
+
+    def submit_reset(self, tasks: dict[int, Task], group: int = 0) -> Completed:
+        return Completed(self.reset(tasks, group))   # no workers: reset here, before the caller decodes on
+
+    def submit_step(self, actions: dict[int, str]) -> Completed:
+        return Completed(self.step(actions))
 
     def close_episode(self, episode_id: int) -> None:
         env = self._envs.pop(episode_id, None)

@@ -15,6 +15,11 @@ The other episodes of a replaced worker are restored by re-creating their env an
 replaying the actions the parent recorded (games are deterministic); a replay whose
 observations differ from the recorded ones ends that episode as an EnvError.
 
+A step or reset can also be submitted and its results collected later (`submit_step`,
+`submit_reset`, then `.result()`), so the caller can decode other episodes' turns while these
+environments step. Each worker runs one request at a time: a request for a busy worker waits
+in that worker's queue, so an episode's operations always run in the order they were submitted.
+
 Workers know env kinds through `base.make_env` (built-in families) plus `env_modules`,
 modules each worker imports at start so that their `register_env` calls run there too.
 """
@@ -78,8 +83,29 @@ class _Op:
 class _Episode:
     task: Task
     slot: int
+    group: int = 0
     actions: list[str] = dataclasses.field(default_factory=list)
     digests: list[str] = dataclasses.field(default_factory=list)   # reset, then one per step
+
+
+@dataclasses.dataclass
+class _Request:
+    """One reset or step call: answered when every batch of it (one per worker, plus restores) has been."""
+
+    order: tuple[int, ...]
+    results: dict[int, Any] = dataclasses.field(default_factory=dict)
+    outstanding: int = 0      # batches queued or running
+
+
+class Submitted:
+    """A submitted reset or step of an `EnvRunner`: `result()` waits for its results (id -> result, in the
+    submitted order); replies to other requests that arrive meanwhile are filed with those."""
+
+    def __init__(self, runner: EnvRunner, request: _Request):
+        self._runner, self._request = runner, request
+
+    def result(self) -> dict[int, Any]:
+        return self._runner._collect(self._request)
 
 
 @dataclasses.dataclass
@@ -111,46 +137,59 @@ class EnvRunner:
         self._workers = [self._spawn() for _ in range(num_workers or os.cpu_count() or 1)]
         self._episodes: dict[int, _Episode] = {}
         self._closing: list[list[int]] = [[] for _ in self._workers]
+        self._busy: dict[int, tuple[_Request, list[_Op]]] = {}   # worker slot -> the batch it is running
+        self._queued: dict[int, collections.deque] = collections.defaultdict(collections.deque)
         self._orphan_errors: dict[int, EnvError] = {}  # background restores that failed
         self._counts: collections.Counter = collections.Counter()
         self._closed = False
 
     # -- public API
 
-    def reset(self, tasks: Mapping[int, Task]) -> dict[int, Observation | EnvError]:
-        """Starts one episode per (new) id; each goes to the least loaded worker."""
-        for episode_id in tasks:
-            if episode_id in self._episodes:
-                raise ValueError(f"episode {episode_id} is already live; close it first")
-        loads = [0] * len(self._workers)
-        for episode in self._episodes.values():
-            loads[episode.slot] += 1
-        ops = collections.defaultdict(list)
-        for episode_id, task in tasks.items():
-            slot = min(range(len(loads)), key=lambda s: (loads[s], s))
-            loads[slot] += 1
-            self._orphan_errors.pop(episode_id, None)
-            self._episodes[episode_id] = _Episode(task, slot)
-            ops[slot].append(self._start_op(episode_id, task))
-        results = self._timed_exchange(ops)
-        return {episode_id: results[episode_id] for episode_id in tasks}
+    def reset(self, tasks: Mapping[int, Task], group: int = 0) -> dict[int, Observation | EnvError]:
+        """Starts one episode per (new) id; each goes to the worker with the fewest live episodes of its
+        `group` (episodes stepped together: spread, their step takes as long as the busiest worker's share),
+        then the fewest of all."""
+        return self.submit_reset(tasks, group).result()
 
     def step(self, actions: Mapping[int, str]) -> dict[int, StepResult | EnvError]:
         """One action per episode (any subset of the live ones). An id whose episode was lost
         while the caller was not stepping it gets its EnvError here."""
+        return self.submit_step(actions).result()
+
+    def submit_reset(self, tasks: Mapping[int, Task], group: int = 0) -> Submitted:
+        """`reset` without waiting: the observations come from the returned handle's `result()`."""
+        for episode_id in tasks:
+            if episode_id in self._episodes:
+                raise ValueError(f"episode {episode_id} is already live; close it first")
+        loads = [[0, 0] for _ in self._workers]   # per worker: live episodes of `group`, of all groups
+        for episode in self._episodes.values():
+            loads[episode.slot][0] += episode.group == group
+            loads[episode.slot][1] += 1
+        ops = collections.defaultdict(list)
+        for episode_id, task in tasks.items():
+            slot = min(range(len(loads)), key=lambda s: (*loads[s], s))
+            loads[slot][0] += 1
+            loads[slot][1] += 1
+            self._orphan_errors.pop(episode_id, None)
+            self._episodes[episode_id] = _Episode(task, slot, group)
+            ops[slot].append(self._start_op(episode_id, task))
+        return self._submit(ops, _Request(tuple(tasks)))
+
+    def submit_step(self, actions: Mapping[int, str]) -> Submitted:
+        """`step` without waiting: the results come from the returned handle's `result()`. Until then the
+        caller must not submit these episodes again (other episodes' steps and resets may go meanwhile)."""
         for episode_id in actions:
             if episode_id not in self._episodes and episode_id not in self._orphan_errors:
                 raise KeyError(f"episode {episode_id} is not live (never reset, closed, or ended by an error)")
-        results: dict[int, Any] = {}
+        request = _Request(tuple(actions))
         ops = collections.defaultdict(list)
         for episode_id, action in actions.items():
             if episode_id in self._orphan_errors:
-                results[episode_id] = self._orphan_errors.pop(episode_id)
+                request.results[episode_id] = self._orphan_errors.pop(episode_id)
             else:
                 slot = self._episodes[episode_id].slot
                 ops[slot].append(_Op("step", episode_id, str(action), self.step_timeout_s))
-        results.update(self._timed_exchange(ops))
-        return {episode_id: results[episode_id] for episode_id in actions}
+        return self._submit(ops, request)
 
     def close_episode(self, episode_id: int) -> None:
         """Frees the episode; its env is closed with the worker's next request."""
@@ -221,30 +260,41 @@ class EnvRunner:
 
     # -- requests
 
-    def _timed_exchange(self, ops_by_slot: Mapping[int, list[_Op]]) -> dict[int, Any]:
+    def _submit(self, ops_by_slot: Mapping[int, list[_Op]], request: _Request) -> Submitted:
         if self._closed:
             raise RuntimeError("the runner is closed")
-        started = time.perf_counter()
-        results: dict[int, Any] = {}
-        inflight: dict[int, list[_Op]] = {}
         for slot, ops in ops_by_slot.items():
-            closes = [_Op("close", e, None, self.step_timeout_s, report=False) for e in self._closing[slot]]
-            self._closing[slot] = []
-            self._send(slot, closes + ops, inflight, results)
-        while inflight:
-            self._wait_once(inflight, results)
-        self._counts["wall_s"] += time.perf_counter() - started
-        return results
+            request.outstanding += 1
+            self._queued[slot].append((request, ops))
+            self._dispatch(slot)
+        return Submitted(self, request)
 
-    def _send(self, slot: int, ops: list[_Op], inflight: dict, results: dict) -> None:
+    def _collect(self, request: _Request) -> dict[int, Any]:
+        started = time.perf_counter()
+        while request.outstanding:
+            if not self._busy:
+                raise RuntimeError("a request is outstanding but no worker is running one (runner closed?)")
+            self._wait_once()
+        self._counts["wall_s"] += time.perf_counter() - started
+        return {episode_id: request.results[episode_id] for episode_id in request.order}
+
+    def _dispatch(self, slot: int) -> None:
+        """Sends the worker its next queued batch if it is idle."""
+        while slot not in self._busy and self._queued[slot]:
+            self._send(slot, *self._queued[slot].popleft())
+
+    def _send(self, slot: int, request: _Request, ops: list[_Op]) -> None:
+        closes = [_Op("close", e, None, self.step_timeout_s, report=False) for e in self._closing[slot]]
+        self._closing[slot] = []
+        ops = closes + ops
         worker = self._workers[slot]
         worker.progress.write(-1, time.monotonic())
         try:
             worker.conn.send([op.wire() for op in ops])
         except (OSError, ValueError):  # died while idle
-            self._replace_worker(slot, ops, "crash", inflight, results)
+            self._replace_worker(slot, request, ops, "crash")
             return
-        inflight[slot] = ops
+        self._busy[slot] = (request, ops)
 
     def _deadline(self, slot: int, ops: list[_Op]) -> float:
         worker = self._workers[slot]
@@ -255,31 +305,34 @@ class EnvRunner:
             budget = self.startup_timeout_s if (index < 0 and worker.fresh) else self.step_timeout_s
         return started + budget + self.kill_grace_s
 
-    def _wait_once(self, inflight: dict[int, list[_Op]], results: dict) -> None:
+    def _wait_once(self) -> None:
         waitables = {}
-        for slot in inflight:
+        for slot in self._busy:
             worker = self._workers[slot]
             waitables[worker.conn] = waitables[worker.process.sentinel] = slot
-        first_deadline = min(self._deadline(slot, ops) for slot, ops in inflight.items())
+        first_deadline = min(self._deadline(slot, ops) for slot, (_, ops) in self._busy.items())
         # Deadlines move as workers go from op to op (e.g. from start-up to a short step): re-read often.
         timeout = min(max(0.0, first_deadline - time.monotonic()), _POLL_S)
         ready = mp_connection.wait(list(waitables), timeout=timeout)
         for slot in sorted({waitables[r] for r in ready}):
-            ops, worker, replies = inflight.pop(slot), self._workers[slot], None
+            (request, ops), worker, replies = self._busy.pop(slot), self._workers[slot], None
             with contextlib.suppress(EOFError, OSError):
                 if worker.conn.poll():
                     replies = worker.conn.recv()
             if replies is None:
-                self._replace_worker(slot, ops, "crash", inflight, results)
+                self._replace_worker(slot, request, ops, "crash")
             else:
                 worker.fresh = False
                 for op, reply in zip(ops, replies):
-                    self._apply(op, *reply, results)
+                    self._apply(op, *reply, request.results)
+                request.outstanding -= 1
+            self._dispatch(slot)
         now = time.monotonic()
-        for slot, ops in list(inflight.items()):
+        for slot, (request, ops) in list(self._busy.items()):
             if now > self._deadline(slot, ops):
-                del inflight[slot]
-                self._replace_worker(slot, ops, "timeout", inflight, results)
+                del self._busy[slot]
+                self._replace_worker(slot, request, ops, "timeout")
+                self._dispatch(slot)
 
     def _apply(self, op: _Op, status: str, data: Any, seconds: float, results: dict) -> None:
         self._counts["env_time_s"] += seconds
@@ -322,8 +375,9 @@ class EnvRunner:
         else:
             self._orphan_errors[op.episode_id] = error
 
-    def _replace_worker(self, slot: int, ops: list[_Op], cause: str, inflight: dict, results: dict) -> None:
-        """Kills the worker, ends the episode it was running and restores the others."""
+    def _replace_worker(self, slot: int, request: _Request, ops: list[_Op], cause: str) -> None:
+        """Kills the worker, ends the episode it was running and restores the others: this batch of `request`
+        is over, and a restore batch (if any) takes its place."""
         worker = self._workers[slot]
         index, _ = worker.progress.read()
         exit_code = self._kill(worker)
@@ -333,20 +387,25 @@ class EnvRunner:
         # A fresh worker that fails before running anything would fail again: give up on its work.
         hopeless = culprit is None and worker.fresh
         what = "hung" if cause == "timeout" else f"died (exit code {exit_code})"
-        named = {op.episode_id for op in ops}
+        # Episodes whose reset still waits in this worker's queue start there anyway.
+        named = {op.episode_id for op in ops} | {op.episode_id for _, queued in self._queued[slot]
+                                                 for op in queued if op.kind == "start"}
         background = [self._start_op(e, ep.task, ep.actions, report=False)
                       for e, ep in self._episodes.items() if ep.slot == slot and e not in named]
         restore = []
         for op in [op for op in ops if op.kind != "close"] + background:
             if op is culprit:
                 error = EnvError(op.episode_id, f"worker {what} during this episode's {op.label}", cause)
-                self._fail(op, error, results)
+                self._fail(op, error, request.results)
             elif hopeless:
-                self._fail(op, EnvError(op.episode_id, f"a fresh worker {what} before running it", "worker"), results)
+                self._fail(op, EnvError(op.episode_id, f"a fresh worker {what} before running it", "worker"),
+                           request.results)
             else:
                 restore.append(self._restore_op(op))
+        request.outstanding -= 1
         if restore:
-            self._send(slot, restore, inflight, results)
+            request.outstanding += 1
+            self._send(slot, request, restore)
 
     def _start_op(self, episode_id: int, task: Task, actions: Sequence[str] = (), report: bool = True) -> _Op:
         budget = self.reset_timeout_s + len(actions) * self.step_timeout_s

@@ -1,7 +1,7 @@
 """The environments of a multi-process run: each process drives its share of the episodes, every process
 sees every result.
 
-`ProcessShardedRunner` has `EnvRunner`'s interface (reset / step / close_episode). The episodes of a
+`ProcessShardedRunner` has `EnvRunner`'s interface (reset / step, submitted or not / close_episode). The episodes of a
 `reset` call are dealt round-robin over the processes; each process resets and steps only its own on its
 local `EnvRunner`, and the results are gathered (`multihost.allgather_objects`) so that every process
 returns all of them. The rollout engine above it then runs the same turn logic on every process and
@@ -16,6 +16,14 @@ from typing import Any
 
 from rlanything_jax import multihost
 from rlanything_jax.envs.base import Task
+
+
+class _Gathered:
+    def __init__(self, runner: ProcessShardedRunner, local: Any, order: tuple[int, ...]):
+        self._runner, self._local, self._order = runner, local, order
+
+    def result(self) -> dict[int, Any]:
+        return self._runner._gather(self._local.result() if self._local is not None else {}, self._order)
 
 
 class ProcessShardedRunner:
@@ -34,19 +42,27 @@ class ProcessShardedRunner:
             merged.update(part)
         return {episode_id: merged[episode_id] for episode_id in order}
 
-    def reset(self, tasks: Mapping[int, Task]) -> dict[int, Any]:
+    def reset(self, tasks: Mapping[int, Task], group: int = 0) -> dict[int, Any]:
+        return self.submit_reset(tasks, group).result()
+
+    def submit_reset(self, tasks: Mapping[int, Task], group: int = 0) -> _Gathered:
         for episode_id in tasks:
             self._owner[episode_id] = self._dealt % self.process_count
             self._dealt += 1
         mine = {episode_id: task for episode_id, task in tasks.items() if self._mine(episode_id)}
-        return self._gather(self.local.reset(mine) if mine else {}, tasks)
+        return _Gathered(self, self.local.submit_reset(mine, group) if mine else None, tuple(tasks))
 
     def step(self, actions: Mapping[int, str]) -> dict[int, Any]:
+        return self.submit_step(actions).result()
+
+    def submit_step(self, actions: Mapping[int, str]) -> _Gathered:
+        """Submits this process's share; `result()` waits for it and gathers every process's (a collective:
+        every process collects its submissions in the same order)."""
         for episode_id in actions:
             if episode_id not in self._owner:
                 raise KeyError(f"episode {episode_id} is not live (never reset or closed)")
         mine = {episode_id: action for episode_id, action in actions.items() if self._mine(episode_id)}
-        return self._gather(self.local.step(mine) if mine else {}, actions)
+        return _Gathered(self, self.local.submit_step(mine) if mine else None, tuple(actions))
 
     def close_episode(self, episode_id: int) -> None:
         if self._owner.pop(episode_id, None) == self.process_index:

@@ -1,12 +1,13 @@
 """Continuous batching: an ended episode's slot is refilled at once, and what each episode samples does not
-depend on how episodes were batched.
+depend on how episodes were batched (nor on two cohorts of slots taking turns, one's environments stepping
+while the other decodes).
 
 16 toy episodes (tests/envs/toy_envs.py) that end after 1 to 8 turns (the action "finish" is forced at each
 task's length; the policy's responses are still sampled and recorded) go through 4 sampler slots. A tiny
 random Qwen2 with the real Qwen2.5 tokenizer plays them greedily: each episode's tokens are then a function of
 its own history only, so the same 16 episodes played all at once, in waves of whole tasks and through refilled
-slots must agree token for token, and the log-probabilities recorded for rows that joined a running
-conversation must be the trainer's.
+slots (in one cohort or two) must agree token for token, and the log-probabilities recorded for rows that
+joined a running conversation must be the trainer's.
 """
 
 from collections import Counter
@@ -63,6 +64,8 @@ def test_refilled_slots_stay_busy_and_sample_what_a_full_batch_samples(policy, r
     continuous, metrics = _play(sampler, runner, _config(max_live_episodes=SLOTS))
     waves, wave_metrics = _play(sampler, runner, _config(max_live_episodes=SLOTS, continuous_batching=False))
     everyone = play_episodes(sampler, runner, PROMPTS, TASKS, _config(), finish_at_task_length)
+    # Two cohorts of 2 slots taking turns: each one's environments step while the other decodes.
+    overlapped, overlap_metrics = _play(sampler, runner, _config(max_live_episodes=SLOTS, overlap_env_steps=True))
 
     assert [len(e.steps) for e in continuous] == [n for n in LENGTHS for _ in range(2)]
     # 66 busy slot-turns: refilled slots take 17 turns (0.97), waves of two tasks 26 (0.63).
@@ -70,7 +73,12 @@ def test_refilled_slots_stay_busy_and_sample_what_a_full_batch_samples(policy, r
     assert wave_metrics["rollout/slot_occupancy"] < 0.7
     assert metrics["rollout/busy_slot_turns"] == wave_metrics["rollout/busy_slot_turns"] == sum(2 * n for n in LENGTHS)
     assert metrics["rollout/joined_rows"] == 12   # every late episode joined a running conversation
-    for played in (waves, everyone):
+    assert overlap_metrics["rollout/busy_slot_turns"] == metrics["rollout/busy_slot_turns"]
+    assert overlap_metrics["rollout/slot_occupancy"] > 0.8
+    # Only a cohort's last turns, when the other has nothing left to decode, wait without overlap.
+    assert overlap_metrics["rollout/overlapped_env_steps"] >= 0.8 * overlap_metrics["env_steps"]
+    assert "rollout/overlapped_env_steps" not in metrics
+    for played in (waves, everyone, overlapped):
         for ours, theirs in zip(continuous, played, strict=True):
             assert [s.response_tokens for s in ours.steps] == [s.response_tokens for s in theirs.steps]
             assert [s.prompt_tokens for s in ours.steps] == [s.prompt_tokens for s in theirs.steps]

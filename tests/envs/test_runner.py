@@ -194,3 +194,73 @@ def test_textworld_games_through_the_runner_match_serial_play(tmp_path_factory):
         assert expected.won
         assert all(last[e] == expected for e, t in tasks.items() if t is game)
     env.close()
+
+
+def test_submitted_steps_and_resets_queue_per_worker_and_match_serial_stepping():
+    """Two cohorts of episodes stepped alternately without waiting, as the rollout engine overlaps them with
+    decoding: a reset submitted while a worker still steps the other cohort waits in that worker's queue, and
+    the results are collected in any order."""
+    rng = random.Random(2)
+    tasks = {e: toy_task(e, start=e) for e in range(12)}
+    cohorts = [list(range(0, 6)), list(range(6, 12))]
+    with toy_runner(num_workers=1) as runner:
+        first = runner.submit_reset({e: tasks[e] for e in cohorts[0]})
+        second = runner.submit_reset({e: tasks[e] for e in cohorts[1]})   # queued behind the first
+        assert second.result() == {e: serial(tasks[e], []) for e in cohorts[1]}
+        assert first.result() == {e: serial(tasks[e], []) for e in cohorts[0]}
+        histories = {e: [] for e in tasks}
+        submitted = {}
+        for _ in range(4):
+            for c, cohort in enumerate(cohorts):
+                if c in submitted:   # the other cohort's step is still in flight while this one is collected
+                    actions, pending = submitted.pop(c)
+                    results = pending.result()
+                    assert list(results) == list(actions)
+                    for e, action in actions.items():
+                        histories[e].append(action)
+                        assert results[e] == serial(tasks[e], histories[e]), (e, histories[e])
+                actions = {e: rng.choice(ACTIONS[:3]) for e in cohort}
+                submitted[c] = actions, runner.submit_step(actions)
+        for actions, pending in submitted.values():
+            results = pending.result()
+            for e, action in actions.items():
+                histories[e].append(action)
+                assert results[e] == serial(tasks[e], histories[e])
+        late = runner.submit_reset({12: toy_task(12, start=4)})
+        step = runner.submit_step({0: "add 5"})
+        assert step.result()[0] == serial(tasks[0], histories[0] + ["add 5"])
+        assert late.result()[12] == serial(toy_task(12, start=4), [])
+        metrics = runner.metrics
+    assert metrics["env_steps"] == 4 * 12 + 1 and metrics["resets"] == 13 and metrics["env_errors"] == 0
+
+
+def test_a_crash_restores_the_episodes_of_requests_queued_behind_it():
+    """A worker dies running one request while another request's step and a reset wait for it: the queued
+    episodes are restored (replayed or started) on the fresh worker before their own operations run."""
+    tasks = {e: toy_task(e, start=e) for e in range(4)}
+    with toy_runner(num_workers=1, step_timeout_s=1.0) as runner:
+        runner.reset(tasks)
+        runner.step({e: "add 1" for e in tasks})
+        crashing = runner.submit_step({0: "exit", 1: "add 2"})
+        queued_step = runner.submit_step({2: "add 5", 3: "add 2"})
+        queued_reset = runner.submit_reset({4: toy_task(4, start=9)})
+        assert queued_reset.result()[4] == serial(toy_task(4, start=9), [])
+        results = queued_step.result()
+        assert results == {2: serial(tasks[2], ["add 1", "add 5"]), 3: serial(tasks[3], ["add 1", "add 2"])}
+        results = crashing.result()
+        assert isinstance(results[0], EnvError) and results[0].cause == "crash"
+        assert results[1] == serial(tasks[1], ["add 1", "add 2"])
+        assert runner.step({4: "add 1"})[4] == serial(toy_task(4, start=9), ["add 1"])
+        metrics = runner.metrics
+    assert metrics["worker_restarts"] == 1 and metrics["env_errors"] == 1
+
+
+def test_episodes_reset_in_one_group_spread_over_the_workers():
+    """Episodes stepped together (a cohort) are spread first, so that no worker steps most of them."""
+    with toy_runner(num_workers=2) as runner:
+        runner.reset({e: toy_task(e) for e in range(4)})
+        assert [runner.worker_of(e) for e in range(4)] == [0, 1, 0, 1]
+        runner.close_episode(0)
+        runner.close_episode(2)   # worker 0 is empty, worker 1 holds two episodes of group 0
+        runner.reset({4: toy_task(4), 5: toy_task(5)}, group=1)
+        assert [runner.worker_of(e) for e in (4, 5)] == [0, 1]   # the fewest of all alone would say [0, 0]

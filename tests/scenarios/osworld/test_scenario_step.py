@@ -87,6 +87,8 @@ def test_one_rlanything_step_on_two_desktops(tmp_path):
         system.runner.close()
 
     assert metrics["env_steps"] > 0 and metrics["policy_tokens"] > 0
+    # Two cohorts of one slot (the config's overlap_env_steps): one's desktop steps while the other decodes.
+    assert metrics["rollout/overlapped_env_steps"] > 0
     assert metrics["rollout/success_rate"] > 0   # the expert-played rollout won on its desktop
     judged = [j for j in judge.judged if j is not None]
     assert judged
