@@ -96,6 +96,30 @@ class _Cohort:
     starting: _Starting | None = None
 
 
+@dataclasses.dataclass(frozen=True)
+class _Play:
+    """What every turn of one `play_episodes` call shares."""
+
+    policy: Sampler
+    runner: Runner
+    prompts: PolicyPrompts
+    config: RolloutConfig
+    metrics: Counter
+    stop_texts: dict[int, str]
+    finished: dict[int, Episode] = dataclasses.field(default_factory=dict)
+
+    def env(self, call: Callable, *args) -> Any:
+        """A runner call, its seconds counted as the environments'."""
+        started = time.perf_counter()
+        out = call(*args)
+        self.metrics["time/rollout_env_s"] += time.perf_counter() - started
+        return out
+
+    def end(self, slot: LiveEpisode, reason: str, **outcome) -> None:
+        self.finished[slot.runner_id] = slot.end(reason, self.metrics, **outcome)
+        self.runner.close_episode(slot.runner_id)   # its environment (a desktop, a sandbox) goes at once
+
+
 def play_episodes(policy: Sampler, runner: Runner, prompts: PolicyPrompts, tasks: Sequence[Task],
                   config: RolloutConfig, action_override: ActionOverride | None = None,
                   metrics: Counter | None = None, progress: Callable[[str], None] | None = None,
@@ -107,24 +131,21 @@ def play_episodes(policy: Sampler, runner: Runner, prompts: PolicyPrompts, tasks
     expert's), while the policy's response is still recorded.
     """
     metrics = metrics if metrics is not None else Counter()
+    tokenizer = policy.tokenizer
+    play = _Play(policy, runner, prompts, config, metrics,
+                 stop_texts={t: tokenizer.decode([t]) for t in tokenizer.stop_token_ids})
     everyone = [LiveEpisode(task=task, group_index=g, runner_id=i, history=[], observation=None, pending=[])
                 for i, (task, g) in enumerate((task, g) for task in tasks for g in range(config.group_size))]
     capacity = min(slots or len(everyone), len(everyone))
     halves = (capacity - capacity // 2, capacity // 2) if config.overlap_env_steps else (capacity,)
     cohorts = [_Cohort(part) for part in halves if part]
     queue = deque(everyone)
-    finished: dict[int, Episode] = {}
-
-    def end(slot: LiveEpisode, episode: Episode) -> None:
-        finished[slot.runner_id] = episode
-        runner.close_episode(slot.runner_id)   # its environment (a desktop, a sandbox) goes at once
-
     turn = 0
     while queue or any(c.live or c.stepping or c.starting for c in cohorts):
         for group, cohort in enumerate(cohorts):
             if cohort.stepping is not None:
-                cohort.live = _take_results(cohort, runner, prompts, policy.tokenizer, end, config, turn, metrics)
-            _admit(cohort, queue, runner, prompts, policy.tokenizer, end, config, policy, metrics, group)
+                _take_results(play, cohort, turn)
+            _admit(play, cohort, queue, group)
             if not cohort.live:
                 continue
             cohort.conversation = ensure_room(policy, cohort.conversation, cohort.live, config, metrics)
@@ -135,14 +156,12 @@ def play_episodes(policy: Sampler, runner: Runner, prompts: PolicyPrompts, tasks
             metrics["time/rollout_sampling_s"] += time.perf_counter() - started
             turn += 1
             records, actions = _act(cohort.live, completions, prompts, action_override, metrics)
-            started = time.perf_counter()
-            cohort.stepping = _Stepping(runner.submit_step(actions), completions, records, turn)
-            metrics["time/rollout_env_s"] += time.perf_counter() - started
+            cohort.stepping = _Stepping(play.env(runner.submit_step, actions), completions, records, turn)
             metrics["env_steps"] += len(actions)
         if progress:
             live = sum(len(c.live) for c in cohorts)
             progress(f"turn {turn}: {live} episodes live, {len(queue)} waiting")
-    return [finished[slot.runner_id] for slot in everyone]
+    return [play.finished[slot.runner_id] for slot in everyone]
 
 
 def _act(live: list[LiveEpisode], completions: list, prompts: PolicyPrompts,
@@ -167,45 +186,40 @@ def _act(live: list[LiveEpisode], completions: list, prompts: PolicyPrompts,
     return records, actions
 
 
-def _take_results(cohort: _Cohort, runner: Runner, prompts: PolicyPrompts, tokenizer: Any, end: Callable,
-                  config: RolloutConfig, turn: int, metrics: Counter) -> list[LiveEpisode]:
-    """Waits for the cohort's environment step, records it and ends the episodes it ended; returns the
-    episodes that go on, with their next prompts."""
+def _take_results(play: _Play, cohort: _Cohort, turn: int) -> None:
+    """Waits for the cohort's environment step, records it and ends the episodes it ended; the others go on
+    with their next prompts."""
     stepping, cohort.stepping = cohort.stepping, None
-    started = time.perf_counter()
-    results = stepping.submitted.result()
-    metrics["time/rollout_env_s"] += time.perf_counter() - started
+    results = play.env(stepping.submitted.result)
     if turn > stepping.turns_before:   # another cohort decoded while these environments stepped
-        metrics["rollout/overlapped_env_steps"] += len(results)
-    stop_texts = {t: tokenizer.decode([t]) for t in tokenizer.stop_token_ids}
-    still_live = []
+        play.metrics["rollout/overlapped_env_steps"] += len(results)
+    tokenizer, still_live = play.policy.tokenizer, []
     for slot, completion in zip(cohort.live, stepping.completions):
         result = results[slot.runner_id]
         record = stepping.records[slot.runner_id]
         if not hasattr(result, "observation"):
             slot.steps.append(record)
-            end(slot, slot.end("env_error", metrics, error=str(getattr(result, "reason", result))))
+            play.end(slot, "env_error", error=str(getattr(result, "reason", result)))
             continue
         slot.steps.append(dataclasses.replace(record, next_observation=result.observation, won_after=result.won))
         if result.done or result.won:
             score = result.info.get("score") if isinstance(result.info, dict) else None
-            end(slot, slot.end("won" if result.won else "done", metrics, won=bool(result.won),
-                               score=None if score is None else float(score)))
+            play.end(slot, "won" if result.won else "done", won=bool(result.won),
+                     score=None if score is None else float(score))
             continue
-        if len(slot.steps) >= config.max_turns:
-            end(slot, slot.end("max_steps", metrics))
+        if len(slot.steps) >= play.config.max_turns:
+            play.end(slot, "max_steps")
             continue
         slot.observation = result.observation
-        stop_text = stop_texts.get(completion.token_ids[-1], "") if completion.token_ids else ""
-        slot.take_prompt(next_prompt(tokenizer, prompts, slot.task, slot.so_far(), result.observation,
+        stop_text = play.stop_texts.get(completion.token_ids[-1], "") if completion.token_ids else ""
+        slot.take_prompt(next_prompt(tokenizer, play.prompts, slot.task, slot.so_far(), result.observation,
                                      slot.history, slot.images, completion.finish_reason, stop_text,
-                                     slot.image_cache), metrics)
+                                     slot.image_cache), play.metrics)
         still_live.append(slot)
-    return still_live
+    cohort.live = still_live
 
 
-def _admit(cohort: _Cohort, queue: deque, runner: Runner, prompts: PolicyPrompts, tokenizer: Any,
-           end: Callable, config: RolloutConfig, policy: Sampler, metrics: Counter, group: int) -> None:
+def _admit(play: _Play, cohort: _Cohort, queue: deque, group: int) -> None:
     """Fills the cohort's free slots from the queue (their environments reset together, spread over the
     runner's workers with the rest of cohort `group`) and ends the episodes whose next turn no longer fits
     their context; live episodes stay first, in their order.
@@ -214,33 +228,29 @@ def _admit(cohort: _Cohort, queue: deque, runner: Runner, prompts: PolicyPrompts
     new episodes join at its next turn (a desktop's reset takes seconds)."""
     while True:
         if cohort.starting is not None:
-            started = time.perf_counter()
-            observations = cohort.starting.submitted.result()
-            metrics["time/rollout_env_s"] += time.perf_counter() - started
+            observations = play.env(cohort.starting.submitted.result)
             for slot in cohort.starting.episodes:
                 obs = observations[slot.runner_id]
                 if not isinstance(obs, Observation):
-                    end(slot, slot.end("env_error", metrics, error=str(getattr(obs, "reason", obs))))
+                    play.end(slot, "env_error", error=str(getattr(obs, "reason", obs)))
                     continue
                 slot.observation = obs
-                slot.take_prompt(next_prompt(tokenizer, prompts, slot.task, slot.so_far(), obs, [], [],
-                                             cache=slot.image_cache), metrics)
+                slot.take_prompt(next_prompt(play.policy.tokenizer, play.prompts, slot.task, slot.so_far(), obs,
+                                             [], [], cache=slot.image_cache), play.metrics)
                 cohort.live.append(slot)
             cohort.starting = None
         fitting = []
         for slot in cohort.live:
-            if fits(slot, config, policy):
+            if fits(slot, play.config, play.policy):
                 fitting.append(slot)
             else:
-                end(slot, slot.end("context_full", metrics))
+                play.end(slot, "context_full")
         cohort.live = fitting
         joining = [queue.popleft() for _ in range(min(cohort.capacity - len(cohort.live), len(queue)))]
         if joining:
-            started = time.perf_counter()
-            cohort.starting = _Starting(runner.submit_reset({slot.runner_id: slot.task for slot in joining}, group),
-                                        tuple(joining))
-            metrics["time/rollout_env_s"] += time.perf_counter() - started
-        if cohort.starting is None or (config.overlap_env_steps and cohort.live):
+            tasks = {slot.runner_id: slot.task for slot in joining}
+            cohort.starting = _Starting(play.env(play.runner.submit_reset, tasks, group), tuple(joining))
+        if cohort.starting is None or (play.config.overlap_env_steps and cohort.live):
             return
 
 

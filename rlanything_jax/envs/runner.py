@@ -402,10 +402,10 @@ class EnvRunner:
                            request.results)
             else:
                 restore.append(self._restore_op(op))
-        request.outstanding -= 1
-        if restore:
-            request.outstanding += 1
+        if restore:   # in this batch's place
             self._send(slot, request, restore)
+        else:
+            request.outstanding -= 1
 
     def _start_op(self, episode_id: int, task: Task, actions: Sequence[str] = (), report: bool = True) -> _Op:
         budget = self.reset_timeout_s + len(actions) * self.step_timeout_s

@@ -11,7 +11,7 @@ devices require. Every process must call reset and step with the same arguments,
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from rlanything_jax import multihost
@@ -36,7 +36,7 @@ class ProcessShardedRunner:
     def _mine(self, episode_id: int) -> bool:
         return self._owner[episode_id] == self.process_index
 
-    def _gather(self, results: dict[int, Any], order: Mapping[int, Any]) -> dict[int, Any]:
+    def _gather(self, results: dict[int, Any], order: Iterable[int]) -> dict[int, Any]:
         merged: dict[int, Any] = {}
         for part in multihost.allgather_objects(results):
             merged.update(part)
