@@ -76,7 +76,7 @@ def main() -> None:
         directory = assemble.model_dir(cfg, role, workdir, lambda: assemble.scratch_corpus(
             scenario, tasks.warm_start or tasks.train[:cfg.warm_start.num_tasks], expert_env))
         model, tokenizer = assemble.load_model(cfg, role, directory, mesh)
-        samplers[role] = assemble.sampler_for(cfg, model, tokenizer, mesh)
+        samplers[role] = assemble.sampler_for(cfg, role, model, tokenizer, mesh)
         learners[role] = assemble.learner_for(cfg, role, model, tokenizer, mesh)
     timings["build_s"] = time.perf_counter() - started
 

@@ -15,8 +15,7 @@ def get_config(variant: str = "paper"):
     common.check_variant("configs/alfworld.py", variant, VARIANTS)
     cfg = common.base_config("alfworld")
     if variant in ("paper", "tpu_v5e_64"):
-        common.use_8b_models(cfg, "checkpoints/Qwen2.5-7B-Instruct", "checkpoints/Qwen2.5-7B-Instruct",
-                             "checkpoints/Qwen3-8B")
+        paper_constants(cfg)
     if variant == "tpu_v5e_64":
         # `python -m rlanything_jax.plan --config=configs/alfworld.py:tpu_v5e_64 --devices=64
         # --device_memory_gib=16 --analytic_only`: 6.2 GiB per device (policy train step), with the float32
@@ -40,6 +39,19 @@ def get_config(variant: str = "paper"):
         cfg.eval.max_turns = 4
         cfg.curriculum.generator = "procedural"
     return cfg
+
+
+def paper_constants(cfg) -> None:
+    """The reference's models and what its ALFWorld config and code set beyond the sections' defaults
+    (docs/deviations.md lists where these differ from it, and why)."""
+    common.use_8b_models(cfg, "checkpoints/Qwen2.5-7B-Instruct", "checkpoints/Qwen2.5-7B-Instruct",
+                         "checkpoints/Qwen3-8B")
+    # Each turn's prompt holds the whole trajectory (about 40 tokens a turn: 516 at turn 7 of the expert's
+    # games, about 2,700 at turn 60), within a dense cache bounded here; the reference's vLLM holds 20,000
+    # tokens in a paged cache. Training drops the steps whose prompt is over train.policy.max_prompt_tokens.
+    cfg.rollout.update(max_prompt_tokens=6144, stop_strings=("</answer>",))
+    # Evaluation as the reference's RL loop runs it: 3 rollouts per task, 60 steps, temperature 0.8.
+    cfg.eval.update(group_size=3, max_turns=60, temperature=0.8)
 
 
 def easy_games(cfg) -> None:

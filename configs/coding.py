@@ -19,7 +19,8 @@ def get_config(variant: str = "paper"):
     cfg.rollout.update(tasks_per_step=64, group_size=32, max_turns=1, temperature=1.0, top_p=1.0,
                        max_new_tokens=2048)
     cfg.reward.update(num_judgments=16, max_new_tokens=2048)   # m = unit tests written per task
-    cfg.curriculum.update(candidates_per_task=3, max_new_tokens=8096)
+    # The reference's coding rewrites a task easier at accuracy < 0.2 (its text games at <= 0.2).
+    cfg.curriculum.update(candidates_per_task=3, max_new_tokens=8096, easier_inclusive=False)
     cfg.train.update(policy_acc_low=0.2, policy_acc_high=0.8)
     cfg.train.policy.updates_per_step = 2
     cfg.train.reward.update(updates_per_step=2, max_response_tokens=4096)

@@ -21,8 +21,12 @@ VARIANTS = ("paper", "local", "cpu", "smoke")
 
 def paper_constants(cfg) -> None:
     cfg.loop.update(total_steps=400, save_every=20, eval_every=20)
+    # A turn's prompt holds 3 screenshots (2,040 tokens each at 1920x1080), the two previous answers (up to
+    # 4,096 tokens each, as sampled) and the instructions: 16,384 tokens hold them, so an episode never dies of a
+    # full context (the reference's vLLM has the model's whole context); training drops the steps whose prompt
+    # is over train.policy.max_prompt_tokens (8,192), as the reference skips them (docs/deviations.md).
     cfg.rollout.update(tasks_per_step=12, group_size=8, max_turns=30, temperature=1.0, top_p=0.9,
-                       max_new_tokens=4096, max_prompt_tokens=8192)
+                       max_new_tokens=4096, max_prompt_tokens=16384)
     cfg.reward.update(num_judgments=3, temperature=0.8, top_p=1.0, max_new_tokens=8096)
     cfg.curriculum.update(candidates_per_task=3, temperature=0.8, max_new_tokens=8096)
     # The reference keeps every task for the policy (no --acc-lower/--acc-upper): all-fail and all-success

@@ -124,17 +124,24 @@ def load_model(cfg: RunConfig, role: str, directory: Path, mesh):
     return model, Tokenizer.from_dir(directory)
 
 
-def sampler_for(cfg: RunConfig, model, tokenizer, mesh) -> Sampler:
-    """A sampler whose cache holds two turns' worth of the longest allowed history."""
-    max_cache = 2 * (cfg.rollout.max_prompt_tokens + cfg.rollout.max_new_tokens)
+def max_cache_length(cfg: RunConfig, role: str) -> int:
+    """The longest sequence a role's sampler holds. The policy: two turns' worth of the longest allowed
+    prompt and response (room to extend before a repack). The reward model: that, plus its own answer,
+    because a judge prompt holds the policy's whole prompt and response (it is never cut)."""
+    turns = max(2 * (cfg.rollout.max_prompt_tokens + cfg.rollout.max_new_tokens), 1024)
+    return turns + (cfg.reward.max_new_tokens if role == "reward" else 0)
+
+
+def sampler_for(cfg: RunConfig, role: str, model, tokenizer, mesh) -> Sampler:
     return Sampler(model, tokenizer, mesh=mesh, rules=cfg.sharding.logical_axis_rules,
-                   config=SamplerConfig(max_cache_length=max(max_cache, 1024), pad_token_id=tokenizer.pad_id))
+                   config=SamplerConfig(max_cache_length=max_cache_length(cfg, role), pad_token_id=tokenizer.pad_id))
 
 
 def learner_for(cfg: RunConfig, role: str, model, tokenizer, mesh) -> Learner:
     graphdef, _ = nnx.split(model)
     return Learner(graphdef=graphdef, train_config=getattr(cfg.train, role), mesh=mesh, eos_id=tokenizer.eos_id,
-                   pad_id=tokenizer.pad_id, rules=cfg.sharding.logical_axis_rules,
+                   pad_id=tokenizer.pad_id, stop_ids=tuple(tokenizer.stop_token_ids),
+                   rules=cfg.sharding.logical_axis_rules,
                    images=ImageTraining.of(model, freeze_vision=cfg.model.freeze_vision))
 
 
@@ -173,10 +180,9 @@ def loop_settings(cfg: RunConfig, scenario: Scenario) -> LoopSettings:
                               temperature=rollout.temperature, top_p=rollout.top_p, top_k=rollout.top_k,
                               max_live_episodes=rollout.max_live_episodes,
                               continuous_batching=rollout.continuous_batching,
-                              overlap_env_steps=rollout.overlap_env_steps),
+                              overlap_env_steps=rollout.overlap_env_steps, stop_strings=rollout.stop_strings),
         judge=JudgeConfig(num_judgments=reward.num_judgments, max_new_tokens=reward.max_new_tokens,
                           temperature=reward.temperature, top_p=reward.top_p,
-                          max_prompt_tokens=train.reward.max_prompt_tokens,
                           continuous_batching=rollout.continuous_batching),
         signal=signal,
         reward_model_use=reward_model_use,
@@ -186,6 +192,7 @@ def loop_settings(cfg: RunConfig, scenario: Scenario) -> LoopSettings:
                             and ablation in ("rlanything", "policy_reward", "step_only")),
         adapt_environment=cfg.curriculum.enabled and ablation == "rlanything",
         harder_at=cfg.curriculum.harder_at, easier_at=cfg.curriculum.easier_at,
+        easier_inclusive=cfg.curriculum.easier_inclusive,
         accept_low=cfg.curriculum.accept_low, accept_high=cfg.curriculum.accept_high)
 
 

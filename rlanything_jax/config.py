@@ -136,6 +136,8 @@ class RolloutSection:
     continuous_batching: bool = True
     # Two cohorts of slots take turns: one's environments step while the other decodes (slow environments).
     overlap_env_steps: bool = False
+    # Texts that end a policy turn besides the tokenizer's stop tokens (the reference's ALFWorld: "</answer>").
+    stop_strings: tuple = ()
 
     def __post_init__(self):
         validation.positive_int("tasks_per_step", self.tasks_per_step)
@@ -152,6 +154,9 @@ class RolloutSection:
         validation.non_negative_int("max_live_episodes", self.max_live_episodes)
         validation.boolean("continuous_batching", self.continuous_batching)
         validation.boolean("overlap_env_steps", self.overlap_env_steps)
+        validation.check("stop_strings", isinstance(self.stop_strings, tuple)
+                         and all(isinstance(t, str) and t for t in self.stop_strings),
+                         "must be a tuple of non-empty strings", self.stop_strings)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -195,7 +200,8 @@ class RewardConfig:
 class CurriculumConfig:
     enabled: bool = True
     harder_at: float = 0.8          # accuracy >= harder_at: rewrite harder
-    easier_at: float = 0.2          # accuracy <= easier_at: rewrite easier
+    easier_at: float = 0.2          # accuracy <= easier_at: rewrite easier (< with easier_inclusive=false)
+    easier_inclusive: bool = True   # the reference's rule; its coding scenario uses < (configs/coding.py)
     accept_low: float = 0.2
     accept_high: float = 0.8
     candidates_per_task: int = 8
@@ -205,6 +211,7 @@ class CurriculumConfig:
 
     def __post_init__(self):
         validation.boolean("enabled", self.enabled)
+        validation.boolean("easier_inclusive", self.easier_inclusive)
         for key in ("harder_at", "easier_at", "accept_low", "accept_high"):
             validation.fraction(key, getattr(self, key))
         validation.ordered("easier_at", self.easier_at, "harder_at", self.harder_at)
@@ -218,7 +225,7 @@ class CurriculumConfig:
 @dataclasses.dataclass(frozen=True)
 class TrainSection:
     policy: TrainConfig = TrainConfig(updates_per_step=4)
-    reward: TrainConfig = TrainConfig(updates_per_step=4)
+    reward: TrainConfig = TrainConfig(updates_per_step=4, max_response_tokens=4096)  # holds reward.max_new_tokens
     train_reward_model: bool = True
     advantage_singleton: str = "raw"   # a step index only one rollout reaches: "raw" (reference) or "zero"
     policy_acc_low: float = 1 / 8      # policy data: tasks with accuracy in [low, high]

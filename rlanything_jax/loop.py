@@ -110,6 +110,7 @@ class LoopSettings:
     adapt_environment: bool = True
     harder_at: float = 0.8
     easier_at: float = 0.2
+    easier_inclusive: bool = True      # accuracy <= easier_at asks for an easier task (False: <)
     accept_low: float = 0.2
     accept_high: float = 0.8
 
@@ -258,7 +259,7 @@ def _adapt(pool: TaskPool, slot_indices: Sequence[int], groups: Mapping[str, Seq
         acc = accuracy.get(slot.active.task_id)
         if acc is None or slot.pending is not None:
             continue
-        code = int(difficulty_direction(acc, settings.easier_at, settings.harder_at))
+        code = int(difficulty_direction(acc, settings.easier_at, settings.harder_at, settings.easier_inclusive))
         if code == 0:
             continue
         direction = "harder" if code > 0 else "easier"

@@ -33,7 +33,7 @@ class JudgeProbe:
 
 
 def build_judge_probe(tasks: Sequence[Task], scenario: Scenario, tokenizer, env: Env, seed: int,
-                      negatives_per_step: int = 1, max_prompt_tokens: int = 0) -> JudgeProbe:
+                      negatives_per_step: int = 1) -> JudgeProbe:
     """The probe's prompts and labels for `tasks` (deterministic in `seed`); `env` plays the expert's games."""
     rng = derive_rng(seed, "probe")
     prompts, probe_labels, probe_images = [], [], []
@@ -41,8 +41,7 @@ def build_judge_probe(tasks: Sequence[Task], scenario: Scenario, tokenizer, env:
         steps = scenario.expert.demonstration(task, env, rng)
         for labelled in scenario.expert.labelled_steps(task, steps, env, rng, negatives_per_step):
             tokens, images = sft.judge_prompt(tokenizer, scenario.prompts, task, labelled)
-            cut = max_prompt_tokens and not images   # prompts with images are never cut (see agents.judging)
-            prompts.append(tuple(tokens[-max_prompt_tokens:] if cut else tokens))
+            prompts.append(tuple(tokens))   # whole, as the loop's judge prompts (agents.judging)
             probe_labels.append(labelled.label)
             probe_images.append(tuple(images))
     return JudgeProbe(tuple(prompts), tuple(probe_labels), tuple(probe_images) if any(probe_images) else ())

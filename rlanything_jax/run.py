@@ -125,7 +125,7 @@ def build_system(cfg: RunConfig, workdir: Path, log: Callable[[str], None]) -> S
     for role in assemble.ROLES:
         directory = assemble.model_dir(cfg, role, workdir, corpus)
         model, tokenizer = assemble.load_model(cfg, role, directory, meshes.learner)
-        samplers[role] = assemble.sampler_for(cfg, model, tokenizer, meshes.sampler)
+        samplers[role] = assemble.sampler_for(cfg, role, model, tokenizer, meshes.sampler)
         learners[role] = assemble.learner_for(cfg, role, model, tokenizer, meshes.learner)
         log(f"{role} model: {directory}")
     settings = assemble.loop_settings(cfg, scenario)
@@ -174,8 +174,7 @@ def _judge_probe(system: System) -> Callable[[], dict[str, float]]:
     if not (count and settings.reward_model_use == JUDGE_STEPS and system.scenario.expert is not None):
         return dict
     probe = build_judge_probe(system.tasks.eval[:count], system.scenario, reward_sampler.tokenizer,
-                              system.expert_env, cfg.seed, cfg.warm_start.negatives_per_step,
-                              max_prompt_tokens=settings.judge.max_prompt_tokens)
+                              system.expert_env, cfg.seed, cfg.warm_start.negatives_per_step)
     config = dataclasses.replace(settings.judge, seed=cfg.seed)  # the same samples' randomness every time
     measure = functools.partial(probe_accuracy, reward_sampler, system.scenario.prompts, probe, config)
     if settings.train_reward_model:

@@ -28,7 +28,16 @@ def test_ablation_rows(row, judge, train_rm, adapt, outcome_w, step_w):
     judges = settings.reward_model_use == JUDGE_STEPS
     assert (judges, settings.train_reward_model, settings.adapt_environment) == (judge, train_rm, adapt)
     assert (settings.signal.outcome_weight, settings.signal.step_weight) == (outcome_w, step_w)
+    assert settings.signal.reward_model_outcome_weight == 1.0   # the reward model's label keeps O in every row
     assert settings.rollout.group_size == cfg.rollout.group_size and settings.judge.num_judgments == 3
+
+
+def test_coding_asks_for_an_easier_task_below_its_threshold_only():
+    """The reference's coding rewrites easier at accuracy < 0.2; its text games and desktops at <= 0.2."""
+    for config, inclusive in (("coding.py:paper", False), ("coding.py:cpu", False), ("alfworld.py:paper", True)):
+        cfg = load_config(str(ROOT / "configs" / config))
+        assert loop_settings(cfg, build_scenario(cfg)).easier_inclusive is inclusive, config
+    assert load_config(str(ROOT / "configs/osworld.py:paper")).curriculum.easier_inclusive
 
 
 def test_coding_reward_model_writes_unit_tests_unless_outcome_only():

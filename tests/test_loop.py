@@ -115,7 +115,7 @@ def _services(cfg, workdir: Path, runner, script: _Script) -> tuple[Services, Sy
         directory = assemble.model_dir(cfg, role, workdir,
                                        lambda: assemble.scratch_corpus(scenario, tasks.train, expert_env))
         model, tokenizer = assemble.load_model(cfg, role, directory, mesh)
-        samplers[role] = assemble.sampler_for(cfg, model, tokenizer, mesh)
+        samplers[role] = assemble.sampler_for(cfg, role, model, tokenizer, mesh)
         learners[role] = assemble.learner_for(cfg, role, model, tokenizer, mesh)
     record = _Recorder()
     services = Services(

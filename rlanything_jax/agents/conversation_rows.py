@@ -56,10 +56,10 @@ class LiveEpisode:
         return Episode(task=self.task, group_index=self.group_index, steps=tuple(self.steps))
 
     def end(self, reason: str, metrics: Counter, won: bool = False, error: str | None = None,
-            score: float | None = None) -> Episode:
+            graded_outcome: float | None = None) -> Episode:
         metrics[f"episodes/{reason}"] += 1
         return Episode(task=self.task, group_index=self.group_index, steps=tuple(self.steps), won=won,
-                       end_reason=reason, env_error=error, score=score)
+                       end_reason=reason, env_error=error, graded_outcome=graded_outcome)
 
 
 

@@ -9,7 +9,7 @@ is one (prompt, response, advantage) example, or with `pack_turns` every episode
 model: per judged step, R * S_j (the penalty when S_j did not parse), z-scored
 over the step's m judgments; only tasks whose accuracy is in the band. The
 ablations of the paper are weights here: outcome only (lambda = 0), step-wise
-reward only (w_O = 0).
+reward only (the policy's w_O = 0; the reward model's label keeps O).
 """
 
 from __future__ import annotations
@@ -30,7 +30,12 @@ from rlanything_jax.rl.rewards import consistency_advantages, integrated_step_re
 @dataclasses.dataclass(frozen=True)
 class SignalConfig:
     num_judgments: int = 3
-    outcome_weight: float = 1.0       # w_O; 0 = step-wise reward only
+    # w_O of the policy's reward R = w_O * O + lambda * mean(S); 0 = step-wise reward only (Fig. 1(2)).
+    outcome_weight: float = 1.0
+    # w_O of the integrated label that the reward model's consistency reward R * S_j is built on: its own
+    # switch, so that a policy trained on step-wise rewards only still has its reward model trained with
+    # outcome supervision, as in the paper's Fig. 1(2) "optimized step-wise reward" row.
+    reward_model_outcome_weight: float = 1.0
     step_weight: float = 1.0          # lambda; 0 = outcome only (GRPO-style)
     advantage_singleton: str = "raw"  # a step index reached by one rollout: "raw" or "zero"
     policy_acc_low: float = 1 / 8     # policy data: tasks with accuracy in [low, high]
@@ -46,10 +51,12 @@ class SignalConfig:
     balance_labels: bool = False
 
 
-def step_rewards(judged: Sequence[JudgedEpisode], cfg: SignalConfig) -> tuple[np.ndarray, np.ndarray, object]:
-    """Integrated step rewards R [G, T] and the step mask of one task's trainable rollouts."""
+def step_rewards(judged: Sequence[JudgedEpisode], cfg: SignalConfig,
+                 outcome_weight: float) -> tuple[np.ndarray, np.ndarray, object]:
+    """Integrated step rewards R [G, T] = outcome_weight * O + lambda * mean(S) and the step mask of one
+    task's trainable rollouts."""
     arrays = group_arrays(judged, cfg.num_judgments)
-    outcome = cfg.outcome_weight * arrays.outcome[:, None]
+    outcome = outcome_weight * arrays.outcome[:, None]
     rewards = np.asarray(integrated_step_reward(outcome, arrays.judgments, arrays.valid, cfg.step_weight))
     return rewards, arrays.step_mask, arrays
 
@@ -71,7 +78,7 @@ def policy_examples(groups: Mapping[str, Sequence[JudgedEpisode]], cfg: SignalCo
             metrics["policy_data/tasks_out_of_band"] += 1
             continue
         trainable = [j for j in judged if j.episode.trainable]
-        rewards, mask, arrays = step_rewards(trainable, cfg)
+        rewards, mask, arrays = step_rewards(trainable, cfg, cfg.outcome_weight)
         rewards = rewards - cfg.action_fallback_penalty * arrays.fallback
         if bonus is not None and task_id in bonus:
             rewards = rewards + np.asarray(bonus[task_id], np.float32)[:, None] * mask
@@ -88,7 +95,7 @@ def episode_examples(episode: Episode, advantages: Sequence[float], pack_turns: 
     """An episode's steps as examples with these per-step advantages: one per step, or with `pack_turns`
     one holding every step (per step when its prompts do not extend each other, counted as unpacked)."""
     steps = [Example(step.prompt_tokens, step.response_tokens, float(advantages[t]), step.logprobs,
-                     images=step.prompt_images or None)
+                     images=step.prompt_images or None, stop_string=step.finish_reason == "stop_string")
              for t, step in enumerate(episode.steps)]
     if pack_turns and len(steps) > 1:  # a one-step episode is its own packed example
         packed = pack_episode(steps)
@@ -111,7 +118,7 @@ def reward_model_examples(groups: Mapping[str, Sequence[JudgedEpisode]], cfg: Si
         trainable = [j for j in judged if j.episode.trainable and j.judgments is not None]
         if not trainable:
             continue
-        rewards, mask, arrays = step_rewards(trainable, cfg)
+        rewards, mask, arrays = step_rewards(trainable, cfg, cfg.reward_model_outcome_weight)
         advantages = np.asarray(consistency_advantages(rewards, arrays.judgments, arrays.valid,
                                                        cfg.invalid_judgment_reward))
         if cfg.balance_labels:
@@ -122,6 +129,8 @@ def reward_model_examples(groups: Mapping[str, Sequence[JudgedEpisode]], cfg: Si
             for t in range(len(item.episode.steps)):
                 images = judgments.prompt_images[t] if judgments.prompt_images else None
                 for j, (tokens, logprobs) in enumerate(judgments.samples[t]):
+                    if not tokens:   # not generated: the judge prompt was over the sampler's limit
+                        continue
                     examples.append(Example(judgments.prompts[t], tokens, float(advantages[g, t, j]), logprobs,
                                             images=images or None))
     metrics["reward_data/examples"] += len(examples)

@@ -4,8 +4,13 @@ Judgments are independent single-turn generations, batched across all steps of a
 episodes, longest prompts first (less padding), in `batch_size` rows that bound memory: refilled as
 judgments end (`sampling.slots`, continuous batching), or in fixed chunks. A
 step's m judgments share one prompt, prefilled once and sampled m times. Judge prompts may hold
-images (a vision-language reward model sees screenshots, `agents.prompt_tokens`); such a prompt is
-never left-truncated (that could cut an image apart): one over the limit is kept whole and counted.
+images (a vision-language reward model sees screenshots, `agents.prompt_tokens`).
+
+A judge prompt is never cut: its rubric, system prompt and task come first, so cutting from the left
+would lose them. As in the reference, the reward model judges the whole prompt, and training keeps
+over-long examples out (`train.reward.max_prompt_tokens`, counted there). A prompt that the reward
+model's sampler cannot hold with its response is not judged: its m judgments are empty and invalid
+(S = 0, as an unparseable judgment; no training example), counted in `<tag>/prompts_over_limit`.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import numpy as np
 from rlanything_jax.agents.prompt_tokens import encode_prompt
 from rlanything_jax.agents.scenario import StepJudgePrompts
 from rlanything_jax.agents.trajectory import Episode, ParsedJudgment, StepJudgments, StepRecord
-from rlanything_jax.sampling.sampler import Sampler
+from rlanything_jax.sampling.sampler import Sampler, bucket_length
 from rlanything_jax.sampling.slots import generate_in_slots, occupancy
 from rlanything_jax.sampling.stops import Completion
 from rlanything_jax.sampling.strategies import make_strategy
@@ -36,7 +41,6 @@ class JudgeConfig:
     top_k: int = 0
     batch_size: int = 64          # generations at once (batch_size // m prompts, at least one)
     continuous_batching: bool = True   # rows refilled as judgments end (else: chunks of batch_size)
-    max_prompt_tokens: int = 4096  # longer judge prompts are left-truncated (counted)
     seed: int = 0
 
 
@@ -74,11 +78,20 @@ def sample_each(reward_model: Sampler, prompt_tokens: Sequence[Sequence[int]], c
     """`config.num_judgments` completions of each prompt (in the given order), at most `config.batch_size`
     generations at once, longest prompts first; each prompt is prefilled once and sampled m times. With
     continuous batching, rows are refilled as generations end (`<tag>/slot_occupancy` and the other slot
-    counts in `metrics`); a stand-in model with only `generate` (tests, probes) samples in chunks."""
+    counts in `metrics`); a stand-in model with only `generate` (tests, probes) samples in chunks. A prompt
+    the sampler cannot hold with `config.max_new_tokens` more gets m empty completions (finish reason
+    "prompt_over_limit"), counted in `<tag>/prompts_over_limit`."""
     m = config.num_judgments
-    order = sorted(range(len(prompt_tokens)), key=lambda i: len(prompt_tokens[i]), reverse=True)
-    strategy = make_strategy(config.temperature, config.top_k, config.top_p)
     out: list[list[Completion]] = [[] for _ in prompt_tokens]
+    fitting = []
+    for i, tokens in enumerate(prompt_tokens):
+        if fits_sampler(reward_model, len(tokens), config.max_new_tokens):
+            fitting.append(i)
+        else:
+            out[i] = [Completion([], [], "", PROMPT_OVER_LIMIT) for _ in range(m)]
+            metrics[f"{tag}/prompts_over_limit"] += 1
+    order = sorted(fitting, key=lambda i: len(prompt_tokens[i]), reverse=True)
+    strategy = make_strategy(config.temperature, config.top_k, config.top_p)
     if config.continuous_batching and hasattr(reward_model, "join") and order:
         images = [list(prompt_images[i]) for i in order] if prompt_images is not None else None
         completions = generate_in_slots(reward_model, [list(prompt_tokens[i]) for i in order], config.max_new_tokens,
@@ -104,6 +117,16 @@ def sample_each(reward_model: Sampler, prompt_tokens: Sequence[Sequence[int]], c
     return out
 
 
+PROMPT_OVER_LIMIT = "prompt_over_limit"
+
+
+def fits_sampler(sampler, prompt_length: int, max_new_tokens: int) -> bool:
+    """The prompt and its response fit the sampler's cache (a stand-in without a cache limit: always)."""
+    config = getattr(sampler, "config", None)
+    limit = getattr(config, "max_cache_length", None)
+    return limit is None or bucket_length(prompt_length, 16) + max_new_tokens <= limit
+
+
 def judge_episodes(reward_model: Sampler, prompts: StepJudgePrompts, episodes: Sequence[Episode],
                    config: JudgeConfig, metrics: Counter | None = None) -> list[StepJudgments | None]:
     """The reward model's m judgments of every step of each trainable episode (None for the others), with
@@ -119,12 +142,6 @@ def judge_episodes(reward_model: Sampler, prompts: StepJudgePrompts, episodes: S
         step_prompts = []
         for t in range(len(episode.steps)):
             tokens, images = encode_prompt(tokenizer, prompts.judge_messages(episode.task, episode, t))
-            if len(tokens) > config.max_prompt_tokens:
-                if images:
-                    metrics["judge/image_prompts_over_limit"] += 1
-                else:
-                    metrics["judge/prompts_truncated"] += 1
-                    tokens = tokens[-config.max_prompt_tokens:]
             step_prompts.append((tuple(tokens), tuple(images)))
             judge_inputs.append(tokens)
             judge_images.append(images)

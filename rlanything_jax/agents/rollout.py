@@ -203,9 +203,9 @@ def _take_results(play: _Play, cohort: _Cohort, turn: int) -> None:
             continue
         slot.steps.append(dataclasses.replace(record, next_observation=result.observation, won_after=result.won))
         if result.done or result.won:
-            score = result.info.get("score") if isinstance(result.info, dict) else None
+            graded = getattr(result, "graded_outcome", None)
             play.end(slot, "won" if result.won else "done", won=bool(result.won),
-                     score=None if score is None else float(score))
+                     graded_outcome=None if graded is None else float(graded))
             continue
         if len(slot.steps) >= play.config.max_turns:
             play.end(slot, "max_steps")

@@ -69,16 +69,17 @@ class Episode:
     won: bool = False
     end_reason: str = "running"  # "won", "done", "max_steps", "context_full", "env_error"
     env_error: str | None = None  # the runner's reason; such episodes are never trained on
-    score: float | None = None   # the environment's final score when it gives one (coding: tests passed)
+    graded_outcome: float | None = None   # the environment's graded outcome (`StepResult.graded_outcome`)
 
     def __post_init__(self):
         object.__setattr__(self, "steps", tuple(self.steps))
 
     @property
     def outcome(self) -> float:
-        """O: the environment's score where it gives one, else +1 won / -1 lost (ALGORITHM.md 2.1, 5.3)."""
-        if self.score is not None:
-            return float(self.score)
+        """O: +1 won / -1 lost (ALGORITHM.md 2.1; OSWorld: won = evaluator score > 0), or the graded outcome
+        of a task that grades it (coding: the fraction of ground-truth tests passed, 5.3)."""
+        if self.graded_outcome is not None:
+            return float(self.graded_outcome)
         return 1.0 if self.won else -1.0
 
     @property
@@ -148,6 +149,7 @@ def group_by_task(judged: Sequence[JudgedEpisode]) -> dict[str, list[JudgedEpiso
 
 
 def task_accuracy(episodes: Sequence[Episode | JudgedEpisode]) -> float | None:
-    """Fraction of a task's trainable rollouts that won (None when none is trainable)."""
-    played = [e for e in (getattr(x, "episode", x) for x in episodes) if e.env_error is None]
+    """Fraction of a task's trainable rollouts that won (None when none is trainable): an episode that
+    never took a step (its first prompt did not fit) is not a played loss."""
+    played = [e for e in (getattr(x, "episode", x) for x in episodes) if e.trainable]
     return sum(e.won for e in played) / len(played) if played else None

@@ -125,10 +125,7 @@ def write_unit_tests(reward_model: Sampler, prompts: UnitTestPrompts, groups: Ma
         if not codes:
             metrics["unit_tests/tasks_without_codes"] += 1
             continue
-        tokens = tokenizer.encode_chat(prompts.unit_test_messages(task))
-        if len(tokens) > config.max_prompt_tokens:
-            metrics["unit_tests/prompts_truncated"] += 1
-            tokens = tokens[-config.max_prompt_tokens:]
+        tokens = tokenizer.encode_chat(prompts.unit_test_messages(task))   # whole: its instructions lead
         jobs.append((task_id, task, codes, has_reference, tuple(tokens)))
     generations = generate_samples(reward_model, [job[-1] for job in jobs], config, metrics)
     out = {}
@@ -189,7 +186,8 @@ def unit_test_examples(judgments: Mapping[str, UnitTestJudgments], metrics: Coun
         advantages = unit_test_advantages(judged, invalid_test_reward)
         metrics["reward_data/tasks"] += 1
         for (tokens, logprobs), advantage in zip(judged.samples, advantages):
-            examples.append(Example(judged.prompt, tokens, float(advantage), logprobs))
+            if tokens:   # an empty sample was never generated (its prompt was over the sampler's limit)
+                examples.append(Example(judged.prompt, tokens, float(advantage), logprobs))
     metrics["reward_data/examples"] += len(examples)
     return examples
 

@@ -35,7 +35,10 @@ class StepResult:
     observation: Observation
     done: bool
     won: bool                     # the task's outcome so far (O = +1 if won at the end, else -1)
-    info: dict[str, Any] = dataclasses.field(default_factory=dict)
+    info: dict[str, Any] = dataclasses.field(default_factory=dict)   # reported, never a reward
+    # The outcome O itself where the task grades it (coding: the fraction of ground-truth tests passed);
+    # None: O = +1 won / -1 lost, whatever score `info` reports (OSWorld's 0-1 evaluator score, game points).
+    graded_outcome: float | None = None
 
 
 class Env(Protocol):

@@ -50,6 +50,9 @@ class Example:
     # A vision-language example's images, in order, one per run of image pads in prompt_ids (whose pads
     # are expanded: `models.qwen3_vl.processor.prepare_prompt`).
     images: Sequence[ImageInput] | None = None
+    # The sampler ended the response on a stop string (no stop token): it is trained as sampled, with no
+    # EOS appended (the template closes the turn after it, and the model never wrote an EOS there).
+    stop_string: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,6 +62,9 @@ class DataConfig:
     max_response_tokens: int
     eos_id: int
     pad_id: int = 0
+    # Other tokens that end a response as the sampler stops on them (e.g. <|endoftext|> beside <|im_end|>): a
+    # response ending in one of them or in eos_id ended itself and gets no EOS appended.
+    stop_ids: tuple[int, ...] = ()
     overlong_prompt: str = "truncate_left"
     append_eos: bool = True
     min_bucket: int = 32
@@ -84,6 +90,8 @@ def pack_turns(steps: Sequence[Example]) -> Example | None:
     not start with the previous step's prompt + response (e.g. a left-truncated history)."""
     if not steps or any(s.segments is not None for s in steps):
         raise ValueError("pack_turns takes the plain examples of one episode's steps")
+    if any(s.stop_string for s in steps[:-1]):   # the close after it is not a trainable EOS: train per step
+        return None
     with_ref = steps[0].ref_logprobs is not None
     if any((s.ref_logprobs is not None) != with_ref for s in steps):
         return None
@@ -103,7 +111,8 @@ def pack_turns(steps: Sequence[Example]) -> Example | None:
         ref += list(step.ref_logprobs) if with_ref else []
         sequence = step_prompt + list(step.response_ids)
     # Each step's prompt holds the previous steps' images and perhaps a new one: the last step's are all.
-    return Example(prompt, response, 0.0, old, ref if with_ref else None, tuple(segments), steps[-1].images)
+    return Example(prompt, response, 0.0, old, ref if with_ref else None, tuple(segments), steps[-1].images,
+                   stop_string=steps[-1].stop_string)
 
 
 def _images_within(images: Sequence[ImageInput] | None, prompt: Sequence[int], image_token_id: int | None,
@@ -126,10 +135,17 @@ def unpack(example: Example, image_token_id: int | None = None, merge_size: int 
     keeps those its prompt holds, which needs the image pad id)."""
     prompt, response = list(example.prompt_ids), list(example.response_ids)
     ref = example.ref_logprobs
+    last = len(example.segments) - 1
     return [Example(prompt + response[:s], response[s:e], a, list(example.old_logprobs[s:e]),
                     None if ref is None else list(ref[s:e]),
-                    images=_images_within(example.images, prompt + response[:s], image_token_id, merge_size))
-            for s, e, a in example.segments]
+                    images=_images_within(example.images, prompt + response[:s], image_token_id, merge_size),
+                    stop_string=example.stop_string and i == last)
+            for i, (s, e, a) in enumerate(example.segments)]
+
+
+def _ends_itself(response: Sequence[int], cfg: DataConfig) -> bool:
+    """The response ends with a token the sampler stops on (EOS or another stop token)."""
+    return bool(response) and (response[-1] == cfg.eos_id or response[-1] in cfg.stop_ids)
 
 
 def _prepare_plain(ex: Example, cfg: DataConfig, counts: dict[str, int]) -> Example | None:
@@ -147,7 +163,7 @@ def _prepare_plain(ex: Example, cfg: DataConfig, counts: dict[str, int]) -> Exam
             return None
         prompt = prompt[-cfg.max_prompt_tokens:]
         counts["prompts_truncated"] += 1
-    if cfg.append_eos and (not response or response[-1] != cfg.eos_id):
+    if cfg.append_eos and not ex.stop_string and not _ends_itself(response, cfg):
         response, old = response + [cfg.eos_id], old + [float("nan")]
         ref = None if ref is None else ref + [float("nan")]
         counts["eos_appended"] += 1
@@ -155,7 +171,7 @@ def _prepare_plain(ex: Example, cfg: DataConfig, counts: dict[str, int]) -> Exam
         response, old = response[:cfg.max_response_tokens], old[:cfg.max_response_tokens]
         ref = None if ref is None else ref[:cfg.max_response_tokens]
         counts["responses_truncated"] += 1
-    return Example(prompt, response, float(ex.advantage), old, ref, images=ex.images)
+    return Example(prompt, response, float(ex.advantage), old, ref, images=ex.images, stop_string=ex.stop_string)
 
 
 def _prepare_packed(ex: Example, cfg: DataConfig, counts: dict[str, int]) -> list[Example]:
@@ -176,9 +192,11 @@ def _prepare_packed(ex: Example, cfg: DataConfig, counts: dict[str, int]) -> lis
     ref = None if ex.ref_logprobs is None else list(ex.ref_logprobs[:end_of_training])
     kept = []
     for i, (start, end, advantage) in enumerate(segments):
-        if cfg.append_eos and (end == start or response[end - 1] != cfg.eos_id):
+        if cfg.append_eos and not _ends_itself(response[start:end], cfg):
             following = segments[i + 1].start if i + 1 < len(segments) else None
-            if following is None:
+            if following is None and ex.stop_string:   # ended on a stop string: nothing to append
+                pass
+            elif following is None:
                 response, old = response + [cfg.eos_id], old + [float("nan")]
                 ref = None if ref is None else ref + [float("nan")]
                 end += 1
@@ -204,7 +222,7 @@ def _prepare_packed(ex: Example, cfg: DataConfig, counts: dict[str, int]) -> lis
     for name, count in local.items():
         counts[name] += count
     counts["packed_segments"] += len(kept)
-    return [Example(list(ex.prompt_ids), response, 0.0, old, ref, tuple(kept), ex.images)]
+    return [Example(list(ex.prompt_ids), response, 0.0, old, ref, tuple(kept), ex.images, ex.stop_string)]
 
 
 def prepare_examples(examples: Sequence[Example], cfg: DataConfig) -> tuple[list[Example], dict[str, int]]:
@@ -323,16 +341,38 @@ def _image_arrays(examples: Sequence[Example], ids: np.ndarray, attention: np.nd
     return dict(mrope_positions=positions, pixel_values=pixel_values, image_layout=layout)
 
 
-class BatchIterator:
-    """Deterministically shuffled batches over one epoch of examples, with checkpointable position."""
+def even_split(count: int, parts: int) -> list[int]:
+    """`count` items in `parts` runs whose sizes differ by at most one, larger ones first: 33 in 4 ->
+    [9, 8, 8, 8]."""
+    base, extra = divmod(count, parts)
+    return [base + (i < extra) for i in range(parts)]
 
-    def __init__(self, examples: Sequence[Example], cfg: DataConfig):
+
+class BatchIterator:
+    """Deterministically shuffled batches over one epoch of examples, with checkpointable position.
+
+    By default, batches of `cfg.batch_size` examples (the last one short). With `num_batches`, the
+    examples are split evenly into that many batches (sizes differ by at most one), each filled with
+    empty rows to `cfg.batch_size` rows: an optimizer update never gets a lone leftover example.
+    """
+
+    def __init__(self, examples: Sequence[Example], cfg: DataConfig, num_batches: int | None = None):
         self.cfg = cfg
         self.examples, self.counts = prepare_examples(examples, cfg)
         dataset = grain.MapDataset.source(self.examples)
         if self.examples:
             dataset = dataset.shuffle(seed=cfg.seed)
-        dataset = dataset.batch(cfg.batch_size, drop_remainder=False, batch_fn=lambda rows: collate(rows, cfg))
+        if num_batches is None:
+            dataset = dataset.batch(cfg.batch_size, drop_remainder=False, batch_fn=lambda rows: collate(rows, cfg))
+        else:
+            sizes = even_split(len(self.examples), num_batches)
+            if max(sizes, default=0) > cfg.batch_size:
+                raise ValueError(f"{len(self.examples)} examples in {num_batches} batches do not fit "
+                                 f"{cfg.batch_size} rows each")
+            starts = np.cumsum([0] + sizes)
+            shuffled = dataset
+            dataset = grain.MapDataset.range(num_batches).map(
+                lambda j: collate([shuffled[i] for i in range(starts[j], starts[j + 1])], cfg))
         self._dataset = dataset
         self._iterator = iter(dataset.to_iter_dataset())
 

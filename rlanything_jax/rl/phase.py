@@ -1,11 +1,13 @@
 """One training phase: a step's examples -> about `updates_per_step` optimizer updates.
 
-As in the reference, a phase makes one pass over its examples in roughly
-`updates_per_step` updates; unlike it, no trailing partial batch is dropped (it is
-padded with empty rows, which carry no loss and no weight: the step divides its summed
-loss once by the update's total weight, see `rl/train_step`). Shapes are bucketed (micro-batches
-per update to a power of two, sequence width by `data.collate`), so a run compiles
-a few train steps, which `Learner.compiled` keeps.
+As in the reference, a phase makes one pass over its examples in `updates_per_step`
+updates (fewer when it has fewer examples). Unlike it, every example is trained: they are split
+evenly over the updates (33 examples in 4 updates: 9, 8, 8, 8; the reference steps 8, 8, 8, 8 and
+drops the last one), so no update is a full Adam step on a lone leftover example. Each update's
+batch is filled with empty rows to a bucketed size (micro-batches per update to a power of two,
+sequence width by `data.collate`), so a run compiles a few train steps, which `Learner.compiled`
+keeps; empty rows carry no loss and no weight (the step divides its summed loss once by the
+update's total weight), and an all-empty micro-batch is skipped (see `rl/train_step`).
 
 The configured aggregation is applied by the data (`DataConfig.aggregation`: per-token
 advantages and loss weights), and the step always takes the weighted token mean over the
@@ -58,6 +60,7 @@ class Learner:
     mesh: Mesh
     eos_id: int
     pad_id: int
+    stop_ids: tuple[int, ...] = ()   # the other tokens its sampler stops on (no EOS is appended after them)
     rules: sharding_lib.Rules = sharding_lib.DEFAULT_LOGICAL_AXIS_RULES
     # A vision-language model's: examples may carry images; with `freeze_vision` the tower is not trained.
     images: ImageTraining | None = None
@@ -110,10 +113,13 @@ class Learner:
         return train_phase(self, state, examples, seed=seed, metrics=metrics, prefix=prefix)
 
 
-def _micro_batches_per_update(num_examples: int, updates: int, micro_batch_size: int) -> int:
-    per_update = math.ceil(num_examples / max(updates, 1))
-    micro = math.ceil(per_update / micro_batch_size)
-    return 1 << (max(micro, 1) - 1).bit_length()
+def update_plan(num_examples: int, updates_per_step: int, micro_batch_size: int) -> tuple[int, int]:
+    """(updates, micro-batches per update) for a phase of `num_examples` examples: `updates_per_step`
+    updates (at most one per example), each with enough micro-batches for the largest even share,
+    rounded up to a power of two."""
+    updates = max(1, min(updates_per_step, num_examples))
+    micro = math.ceil(math.ceil(num_examples / updates) / micro_batch_size)
+    return updates, 1 << (max(micro, 1) - 1).bit_length()
 
 
 def epoch_seed(seed: int, epoch: int) -> int:
@@ -147,6 +153,7 @@ def train_phase(learner: Learner, state: TrainState, examples: Sequence[Example]
         state = reset_optimizer(state, learner.tx)
     data_cfg = DataConfig(batch_size=1, max_prompt_tokens=cfg.max_prompt_tokens,
                           max_response_tokens=cfg.max_response_tokens, eos_id=learner.eos_id,
+                          stop_ids=tuple(learner.stop_ids),
                           pad_id=learner.pad_id, overlong_prompt=cfg.overlong_prompt,
                           append_eos=cfg.append_eos, aggregation=cfg.aggregation, seed=seed,
                           image_token_id=None if learner.images is None else learner.images.image_token_id,
@@ -158,12 +165,12 @@ def train_phase(learner: Learner, state: TrainState, examples: Sequence[Example]
     metrics[f"{prefix}/updates"] += 0   # reported (as 0) when a step has nothing to train on
     if not kept:
         return state, {}
-    num_micro = _micro_batches_per_update(len(kept), cfg.updates_per_step, cfg.micro_batch_size)
+    updates, num_micro = update_plan(len(kept), cfg.updates_per_step, cfg.micro_batch_size)
     update_metrics = []
     # PPO epochs: each pass reshuffles the same examples; the clip keeps later passes near the sampler's policy.
     for epoch in range(cfg.ppo_epochs):
         batches = BatchIterator(kept, dataclasses.replace(data_cfg, batch_size=num_micro * cfg.micro_batch_size,
-                                                          seed=epoch_seed(seed, epoch)))
+                                                          seed=epoch_seed(seed, epoch)), num_batches=updates)
         for batch in batches:
             batch = learner.with_frozen_features(state.params, learner.place(batch))
             step_fn = learner._step_fn(state, batch, num_micro)

@@ -16,7 +16,8 @@ where the target is a response token, or a positive per-token weight: see
 Micro-batches accumulate as MaxText does: each gives its loss as a weighted sum and its
 weight (`rl/losses.PPOSums`), the gradients of the sums add up, and the update divides once
 by the whole batch's weight. So any split (rows of unequal weight, empty filler rows or
-micro-batches) gives the update, loss and diagnostics of the batch taken at once.
+micro-batches) gives the update, loss and diagnostics of the batch taken at once; a
+micro-batch of filler rows only is skipped (`lax.cond`), so filling a batch up costs nothing.
 """
 
 from __future__ import annotations
@@ -147,11 +148,16 @@ def train_step(state: TrainState, batch: TrainBatch, spec: TrainSpec) -> tuple[T
         micro_batches = micro_batches.replace(
             prefix_index=micro_batches.prefix_index - (jnp.arange(k, dtype=jnp.int32) * chunk)[:, None])
 
-    def accumulate(carry, micro):
+    def add_micro(carry, micro):
         grads_sum, sums_total = carry
         (_, sums), grads = grad_fn(state.params, micro, spec, state.reference)
         grads_sum = jax.tree.map(lambda total, g: total + g.astype(total.dtype), grads_sum, grads)
-        return (grads_sum, jax.tree.map(jnp.add, sums_total, sums)), None
+        return grads_sum, jax.tree.map(jnp.add, sums_total, sums)
+
+    def accumulate(carry, micro):
+        # A micro-batch of filler rows only (an update's batch filled up to its bucketed size) adds nothing:
+        # skip its forward and backward passes.
+        return jax.lax.cond(jnp.any(micro.loss_mask > 0), add_micro, lambda c, _: c, carry, micro), None
 
     # Summed in float32 when a float32 master copy takes the update (bfloat16 sums would round each term).
     zero_grads = jax.tree.map(jnp.zeros_like, state.params if state.master is None else state.master)

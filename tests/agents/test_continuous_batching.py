@@ -18,7 +18,7 @@ from rlanything_jax.agents.rollout import RolloutConfig, RolloutEngine, play_epi
 from rlanything_jax.envs.runner import EnvRunner
 from rlanything_jax.models import load_pretrained
 from rlanything_jax.sampling.sampler import Sampler, SamplerConfig
-from rlanything_jax.scenarios.text_games.reference import ReferencePrompts
+from rlanything_jax.scenarios.text_games.reference import DialoguePrompts
 from tests import hf_reference
 from tests.envs.toy_envs import toy_task
 from tests.sampling.test_rollout_logprobs import check_against_trainer
@@ -26,7 +26,7 @@ from tests.sampling.test_rollout_logprobs import check_against_trainer
 LENGTHS = (8, 1, 7, 2, 6, 1, 5, 3)   # turns per task; G = 2 episodes each
 TASKS = [toy_task(i, start=i) for i in range(len(LENGTHS))]
 SLOTS = 4
-PROMPTS = ReferencePrompts()
+PROMPTS = DialoguePrompts()   # turns extend the cache: joins, extends and repacks are exercised
 
 
 @pytest.fixture(scope="module")

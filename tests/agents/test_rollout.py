@@ -1,5 +1,6 @@
 """Batched multi-turn rollouts on real ALFWorld games with a tiny random policy and reward model."""
 
+import dataclasses
 from collections import Counter
 
 import numpy as np
@@ -13,7 +14,8 @@ from rlanything_jax.models import load_pretrained
 from rlanything_jax.sampling.sampler import Sampler, SamplerConfig
 from rlanything_jax.scenarios.alfworld import env as alfworld
 from rlanything_jax.scenarios.alfworld.knobs import GameKnobs
-from rlanything_jax.scenarios.text_games.reference import ReferencePrompts
+from rlanything_jax.scenarios.text_games import prompts
+from rlanything_jax.scenarios.text_games.reference import DialoguePrompts, ReferencePrompts
 from tests import hf_reference
 
 SCENARIO = ReferencePrompts()
@@ -40,12 +42,14 @@ def runner():
         yield r
 
 
-def _check_well_formed(episode, config):
+def _check_well_formed(episode, config, tokenizer):
     assert 1 <= len(episode.steps) <= config.max_turns
-    for before, after in zip(episode.steps, episode.steps[1:]):
-        # The cache is reused: each turn's prompt extends the previous prompt and response.
-        head = before.prompt_tokens + before.response_tokens
-        assert after.prompt_tokens[:len(head)] == head
+    for t, step in enumerate(episode.steps):
+        # The reference's prompt: the whole trajectory so far and the current candidates, built afresh.
+        observations = [s.observation.text for s in episode.steps[:t + 1]]
+        messages = prompts.policy_messages_full_history(observations, [s.action for s in episode.steps[:t]],
+                                                        step.observation.admissible_actions)
+        assert list(step.prompt_tokens) == tokenizer.encode_chat(messages)
     for step in episode.steps:
         assert len(step.logprobs) == len(step.response_tokens) > 0
         assert np.all(np.isfinite(step.logprobs)) and np.all(np.asarray(step.logprobs) <= 0)
@@ -61,7 +65,7 @@ def test_random_policy_rollout_and_judgments_are_well_formed(sampler, tasks, run
     assert len(episodes) == 6 and {e.group_index for e in episodes} == {0, 1}
     for episode in episodes:
         assert episode.env_error is None and episode.end_reason in ("max_steps", "won", "done")
-        _check_well_formed(episode, config)
+        _check_well_formed(episode, config, sampler.tokenizer)
     steps = sum(len(e.steps) for e in episodes)
     parsed = sum(v for k, v in metrics.items() if k.startswith("parse/text_game_action/"))
     assert parsed == steps == metrics["env_steps"]
@@ -75,6 +79,24 @@ def test_random_policy_rollout_and_judgments_are_well_formed(sampler, tasks, run
         assert all(len(tokens) == len(logprobs) for row in judged.samples for tokens, logprobs in row)
     judged = sum(v for k, v in metrics.items() if k.startswith("parse/text_game_judgment/"))
     assert judged == 2 * steps
+    assert metrics["rollout/reprefills"] >= 2   # turns 2 and 3: the prompts do not extend the last ones
+
+
+@pytest.mark.slow   # 20-90 s on a 2-core CPU (fast-tier budget)
+def test_dialogue_prompts_reuse_the_cache(sampler, tasks, runner):
+    """The dialogue form: each turn's prompt extends the previous prompt and response (the cache carries
+    over, nothing is prefilled again), and its first prompt is the reference's."""
+    config = RolloutConfig(group_size=1, max_turns=3, max_new_tokens=8, max_context_tokens=8192)
+    metrics = Counter()
+    episodes = play_episodes(sampler, runner, DialoguePrompts(), tasks[:2], config, metrics=metrics)
+    assert metrics["rollout/reprefills"] == 0 and metrics["rollout/reprefilled_rows"] == 0
+    for episode in episodes:
+        for before, after in zip(episode.steps, episode.steps[1:]):
+            head = before.prompt_tokens + before.response_tokens
+            assert after.prompt_tokens[:len(head)] == head
+        first = episode.steps[0]
+        assert list(first.prompt_tokens) == sampler.tokenizer.encode_chat(
+            SCENARIO.step_messages(episode.task, dataclasses.replace(episode, steps=()), first.observation))
 
 
 @pytest.mark.slow   # 20-90 s on a 2-core CPU (fast-tier budget)

@@ -172,18 +172,18 @@ def test_write_unit_tests_with_a_real_sampler(reward_model, sum_two):
                                 _episode(sum_two, 2, ADD, env_error="crash"), _episode(sum_two, 3)],
               reverse.task_id: [_episode(reverse, 0, "print(input())")],
               humaneval.task_id: [_episode(humaneval, 0, "def f(): pass")]}
-    config = JudgeConfig(num_judgments=3, max_new_tokens=8, temperature=0.0, batch_size=3, max_prompt_tokens=96)
+    config = JudgeConfig(num_judgments=3, max_new_tokens=8, temperature=0.0, batch_size=3)
     metrics = Counter()
     rows_before = reward_model.prefilled["rows"]
     judgments = write_unit_tests(reward_model, prompts, groups, config, metrics)
     assert reward_model.prefilled["rows"] - rows_before == 2   # one prefill per task, m samples each
     assert set(judgments) == {sum_two.task_id, reverse.task_id}
     assert metrics["unit_tests/tasks_without_gt_tests"] == 1 and metrics["unit_tests/tasks"] == 2
-    assert metrics["unit_tests/prompts_truncated"] == 2   # both prompts are longer than 96 tokens
+    assert not metrics["unit_tests/prompts_over_limit"]
 
     judged = judgments[sum_two.task_id]
     full = reward_model.tokenizer.encode_chat(prompts.unit_test_messages(sum_two))
-    assert judged.prompt == tuple(full[-96:])   # left-truncated
+    assert judged.prompt == tuple(full)   # whole: its instructions come first
     # the GT tests really ran: ADD and the reference pass all, SUBTRACT does not (the failed episode is out)
     np.testing.assert_array_equal(judged.program_is_gt, [True, False, True])
     assert judged.has_reference and judged.num_policy_programs == 2

@@ -1,5 +1,7 @@
 """Training batches: length rules and their counts, layout, alignment with the model, shuffling, resume."""
 
+import dataclasses
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -32,6 +34,22 @@ def test_length_rules_are_applied_and_counted():
     assert list(kept[2].response_ids) == [5, 6, EOS] and np.isnan(kept[2].old_logprobs[-1])
     dropped, counts = prepare_examples(examples, DataConfig(**{**CFG.__dict__, "overlong_prompt": "drop"}))
     assert counts["prompts_dropped"] == 1 and len(dropped) == 2
+
+
+def test_only_responses_that_did_not_end_themselves_get_an_eos():
+    """A response that stopped on another stop token (Qwen's <|endoftext|> beside its EOS <|im_end|>) or on
+    a stop string ended as sampled: nothing is appended. One cut by length still gets the EOS."""
+    end_of_text = 7
+    cfg = DataConfig(**{**CFG.__dict__, "stop_ids": (EOS, end_of_text)})
+    examples = [_example([3, 4], [5, end_of_text]),                      # stopped on another stop token
+                dataclasses.replace(_example([3, 4], [5, 6]), stop_string=True),   # stopped on a stop string
+                _example([3, 4], [5, EOS]),                              # stopped on EOS
+                _example([3, 4], [5, 6])]                                # cut by length
+    kept, counts = prepare_examples(examples, cfg)
+    assert counts["eos_appended"] == 1
+    assert [list(e.response_ids) for e in kept] == [[5, end_of_text], [5, 6], [5, EOS], [5, 6, EOS]]
+    # Without the other stop ids (as before), the first one got an EOS after its <|endoftext|>.
+    assert list(prepare_examples(examples[:1], CFG)[0][0].response_ids) == [5, end_of_text, EOS]
 
 
 def test_collate_layout():

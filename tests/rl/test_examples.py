@@ -51,6 +51,24 @@ def test_outcome_only_and_step_only_ablations(groups):
     assert sorted(e.advantage for e in step_only) == pytest.approx([-1.0, 1.0, 1.0])
 
 
+def test_step_only_keeps_the_outcome_in_the_reward_models_label(groups):
+    """Fig. 1(2)'s "optimized step-wise reward" row drops O from the policy's reward only: the reward model
+    is still trained on R = O + mean(S) (without O it would learn to agree with its own majority)."""
+    step_only = SignalConfig(outcome_weight=0.0)
+    full = [e.advantage for e in reward_model_examples(groups, SignalConfig())]
+    assert [e.advantage for e in reward_model_examples(groups, step_only)] == pytest.approx(full)
+    # Step (won, 0) with its label's outcome removed too: R = 1/3 > 0 still, same z-scores; the lost step
+    # ([-1, -1, -1]) also agrees: so check a lost step whose votes split, where the sign of R flips.
+    lost = _episode(1, False, [[1, 1, -1]])
+    rows = {"t": [_episode(0, True, [[1, 1, 1]]), lost]}
+    with_outcome = [e.advantage for e in reward_model_examples(rows, SignalConfig())][3:]
+    without = [e.advantage for e in reward_model_examples(rows, SignalConfig(reward_model_outcome_weight=0.0))][3:]
+    # R = -1 + 1/3 = -2/3: R*S = [-2/3, -2/3, 2/3] -> z [-1/sqrt2, -1/sqrt2, sqrt2]; without O, R = +1/3.
+    r2 = np.sqrt(2)
+    assert with_outcome == pytest.approx([-1 / r2, -1 / r2, r2])
+    assert without == pytest.approx([1 / r2, 1 / r2, -r2])
+
+
 def test_tasks_out_of_the_accuracy_band_are_skipped(groups):
     all_won = {"t": [_episode(0, True, [[1, 1, 1]]), _episode(1, True, [[1, 1, -1]])]}
     metrics = Counter()

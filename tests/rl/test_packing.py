@@ -134,6 +134,24 @@ def test_eos_rules_and_counts():
     assert counts["eos_appended"] == 0 and [s.end - s.start for s in no_eos[0].segments] == [4, 3, 2, 2]
 
 
+EVERY_TASK = SignalConfig(policy_acc_low=0.0, policy_acc_high=1.0)
+
+
+def test_stop_strings_get_no_eos_when_packed():
+    """A step that ended on a stop string is followed by the template's close, which the model never
+    wrote there: the last one gets no EOS appended, and an earlier one keeps the episode unpacked."""
+    rng = np.random.RandomState(0)
+    last = _episode(0, True, [[10, 11, EOS], [13, 14, 15]], rng, finish={1: "stop_string"})
+    steps = [dataclasses.replace(e, advantage=1.0) for e in policy_examples({"t": [last]}, EVERY_TASK)]
+    (packed,), counts = prepare_examples([pack_turns(steps)], DATA)
+    assert counts["eos_appended"] == 0 and list(packed.response_ids[-3:]) == [13, 14, 15]
+    middle = _episode(0, True, [[10, 11], [13, EOS]], rng, finish={0: "stop_string"})
+    steps = [dataclasses.replace(e, advantage=1.0) for e in policy_examples({"t": [middle]}, EVERY_TASK)]
+    assert pack_turns(steps) is None
+    kept, counts = prepare_examples(steps, DATA)
+    assert counts["eos_appended"] == 0 and list(kept[0].response_ids) == [10, 11]
+
+
 def test_fallbacks_to_per_step_examples():
     groups = _groups()
     won = groups["t"][0]

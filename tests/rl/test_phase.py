@@ -4,12 +4,13 @@ from collections import Counter
 
 import jax
 import numpy as np
+import pytest
 from flax import nnx
 
 from rlanything_jax import sharding
 from rlanything_jax.models import Decoder, DecoderConfig
-from rlanything_jax.rl.data import Example
-from rlanything_jax.rl.phase import Learner, _micro_batches_per_update, epoch_seed, train_phase
+from rlanything_jax.rl.data import BatchIterator, DataConfig, Example
+from rlanything_jax.rl.phase import Learner, epoch_seed, train_phase, update_plan
 from rlanything_jax.rl.train_state import init_train_state
 
 CFG = DecoderConfig(model_type="qwen3", vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=2,
@@ -32,10 +33,29 @@ def _examples(n, seed=0):
     return out
 
 
-def test_micro_batches_per_update_rounds_up_to_a_power_of_two():
-    assert _micro_batches_per_update(9, 2, 2) == 4     # 5 per update -> 3 micro-batches -> 4
-    assert _micro_batches_per_update(1, 4, 1) == 1
-    assert _micro_batches_per_update(64, 4, 1) == 16
+def test_update_plan_shares_examples_evenly_and_rounds_micro_batches_up_to_a_power_of_two():
+    assert update_plan(9, 2, 2) == (2, 4)      # 5 + 4 per update -> 3 micro-batches of 2 -> 4
+    assert update_plan(33, 4, 1) == (4, 16)    # 9, 8, 8, 8 -> 16 rows each
+    assert update_plan(65, 4, 1) == (4, 32)
+    assert update_plan(64, 4, 1) == (4, 16)
+    assert update_plan(3, 4, 1) == (3, 1)      # never an update without an example
+    assert update_plan(1, 4, 1) == (1, 1)
+
+
+@pytest.mark.parametrize("count, updates, expected", [(33, 4, [9, 8, 8, 8]), (65, 4, [17, 16, 16, 16]),
+                                                      (9, 2, [5, 4]), (64, 4, [16] * 4)])
+def test_every_update_gets_an_even_share_of_the_examples(count, updates, expected):
+    """Not [16, 16, 1] for 33 examples in 4 updates (a full Adam step on one example), as batches of a
+    fixed rounded-up size gave: each update trains its even share, every example exactly once."""
+    examples = [Example([3, 4 + i % 50, 5 + i // 50], [6], 1.0, [-1.0]) for i in range(count)]
+    _, rows = update_plan(count, updates, 1)
+    batches = list(BatchIterator(examples, DataConfig(batch_size=rows, max_prompt_tokens=8, max_response_tokens=4,
+                                                      eos_id=2, seed=3), num_batches=updates))
+    assert [int((np.asarray(b.loss_mask).sum(axis=1) > 0).sum()) for b in batches] == expected
+    assert all(b.input_ids.shape[0] == rows for b in batches)
+    seen = sorted(tuple(row[row > 0][:3]) for b in batches for row, m in zip(np.asarray(b.input_ids),
+                                                                              np.asarray(b.loss_mask)) if m.any())
+    assert seen == sorted(tuple(e.prompt_ids) for e in examples)
 
 
 def test_phase_trains_every_kept_example_in_about_updates_per_step_updates():
@@ -48,7 +68,7 @@ def test_phase_trains_every_kept_example_in_about_updates_per_step_updates():
     state, phase_metrics = train_phase(learner, state, _examples(9), seed=0, metrics=metrics)
     assert metrics["policy_data/kept"] == 9 and metrics["policy_data/prompts_dropped"] == 1
     assert metrics["policy_data/zero_advantage_dropped"] == 1
-    assert metrics["policy/updates"] == 2 and int(state.step) == 2   # batches of 8 rows: 8 + 1 (padded)
+    assert metrics["policy/updates"] == 2 and int(state.step) == 2   # 5 + 4 examples, in batches of 8 rows
     assert np.isfinite(phase_metrics["policy/loss"])
     after = [np.asarray(x) for x in jax.tree.leaves(state.params)]
     assert any(not np.allclose(a, b) for a, b in zip(before, after))

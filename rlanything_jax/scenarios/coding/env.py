@@ -223,13 +223,12 @@ def _has_code(program: str | None) -> bool:
 
 
 def step_info(verdicts: Iterable[str]) -> dict[str, Any]:
-    """What a step reports: the per-test verdicts and "score", the fraction of ground-truth tests passed
-    (the reference's policy reward, z-scored over a task's G programs; "pass_fraction" is the same)."""
+    """What a step reports: the per-test verdicts and "pass_fraction", the fraction of ground-truth tests
+    passed (the reference's policy reward, z-scored over a task's G programs: the step's graded outcome)."""
     verdicts = list(verdicts)
     passed = sum(v == PASSED for v in verdicts)
     fraction = passed / len(verdicts) if verdicts else 0.0
-    return {"passed": passed, "total": len(verdicts), "statuses": verdicts, "pass_fraction": fraction,
-            "score": fraction}
+    return {"passed": passed, "total": len(verdicts), "statuses": verdicts, "pass_fraction": fraction}
 
 
 class CodingEnv:
@@ -255,7 +254,8 @@ class CodingEnv:
         self._done = True
         won = info["total"] > 0 and info["passed"] == info["total"]
         feedback = f"Passed {info['passed']} of {info['total']} tests."
-        return StepResult(observation=Observation(text=feedback), done=True, won=won, info=info)
+        return StepResult(observation=Observation(text=feedback), done=True, won=won, info=info,
+                          graded_outcome=info["pass_fraction"])
 
     def close(self) -> None:
         self._task = None

@@ -3,8 +3,8 @@
 A text-game scenario plays generated games whose seeds fix them: training games use seeds
 0..n-1, held-out games and the warm start's expert games seeds from their own disjoint
 ranges, so no game is in two sets. The policy's and the reward model's prompts come in
-three styles (`prompt_style`): the reference's (`reference.py`, for instruct models) and
-two compact ones for small models built from scratch (`compact.py`).
+four styles (`prompt_style`): the reference's and its dialogue form (`reference.py`, for instruct
+models) and two compact ones for small models built from scratch (`compact.py`).
 """
 
 from __future__ import annotations
@@ -18,9 +18,10 @@ from rlanything_jax.agents.scenario import JUDGE_STEPS, GeneratorContext, TaskCo
 from rlanything_jax.envs.base import Task
 from rlanything_jax.scenarios.text_games.compact import CompactChoicePrompts, CompactPrompts
 from rlanything_jax.scenarios.text_games.expert import EXPERT_KINDS, TextGameExpert
-from rlanything_jax.scenarios.text_games.reference import ReferencePrompts
+from rlanything_jax.scenarios.text_games.reference import DialoguePrompts, ReferencePrompts
 
-PROMPT_STYLES = {"reference": ReferencePrompts, "compact": CompactPrompts, "compact_choice": CompactChoicePrompts}
+PROMPT_STYLES = {"reference": ReferencePrompts, "dialogue": DialoguePrompts, "compact": CompactPrompts,
+                 "compact_choice": CompactChoicePrompts}
 EVAL_SEED_OFFSET = 1_000_000        # held-out games use seeds no training game uses
 WARM_START_SEED_OFFSET = 2_000_000  # so do the expert games of the warm start
 
@@ -31,9 +32,10 @@ class TextGameOptions:
 
     task_types: str = ""             # comma-separated; game i has type i mod len(task types)
     knobs: dict = dataclasses.field(default_factory=dict)
-    # "reference" (the reference's prompts, for instruct models), "compact" (game text in, command out) or
-    # "compact_choice" (game text + numbered commands in, a number out): the compact styles are for small
-    # models built from scratch.
+    # "reference" (the reference's prompts, for instruct models: each turn's prompt rebuilt from the whole
+    # trajectory), "dialogue" (the same as a growing chat whose KV cache carries over: short-answer runs),
+    # "compact" (game text in, command out) or "compact_choice" (game text + numbered commands in, a number
+    # out): the compact styles are for small models built from scratch.
     prompt_style: str = "reference"
     # The warm start's demonstrations: the expert's "walkthrough" (it knows where everything is), or
     # "search": it first visits a random number of other receptacles, as an agent that does not know would.

@@ -136,7 +136,8 @@ def test_coding_env_plays_one_step_episodes(humaneval):
     result = env.step(task.payload["reference_solution"])
     n = len(coding.stdio_tests(task))
     assert result.done and result.won
-    assert result.info == {"passed": n, "total": n, "statuses": ["passed"] * n, "pass_fraction": 1.0, "score": 1.0}
+    assert result.info == {"passed": n, "total": n, "statuses": ["passed"] * n, "pass_fraction": 1.0}
+    assert result.graded_outcome == 1.0
     with pytest.raises(RuntimeError):
         env.step(ADD)
 
@@ -145,7 +146,7 @@ def test_coding_env_plays_one_step_episodes(humaneval):
     assert partial.done and not partial.won
     assert 0 < partial.info["passed"] < n and partial.info["pass_fraction"] == partial.info["passed"] / n
     assert partial.info["statuses"].count("passed") == partial.info["passed"]
-    assert partial.info["score"] == 1 / 5   # the policy's reward: a - b is right only on "0 0" of 5 tests
+    assert partial.graded_outcome == 1 / 5   # the policy's reward: a - b is right only on "0 0" of 5 tests
 
     env.reset(humaneval[0])
     assert env.step(_canonical(humaneval[0])).won

@@ -24,11 +24,12 @@ class RecordingJudge:
     """The run's reward model, keeping what it judged (to check the prompts' images)."""
 
     def __init__(self, judge):
-        self.judge_impl, self.judged = judge, []
+        self.judge_impl, self.judged, self.episodes = judge, [], []
 
     def judge(self, episodes, config, metrics):
         out = self.judge_impl.judge(episodes, config, metrics)
         self.judged += out
+        self.episodes += episodes
         return out
 
     def update_params(self, params):
@@ -90,6 +91,9 @@ def test_one_rlanything_step_on_two_desktops(tmp_path):
     # Two cohorts of one slot (the config's overlap_env_steps): one's desktop steps while the other decodes.
     assert metrics["rollout/overlapped_env_steps"] > 0
     assert metrics["rollout/success_rate"] > 0   # the expert-played rollout won on its desktop
+    # O = +1 / -1 (won: the evaluator's score > 0), never the evaluator's 0-1 score itself.
+    assert {e.outcome for e in judge.episodes if e.trainable} <= {1.0, -1.0}
+    assert all(e.outcome == (1.0 if e.won else -1.0) for e in judge.episodes)
     judged = [j for j in judge.judged if j is not None]
     assert judged
     for judgments in judged:

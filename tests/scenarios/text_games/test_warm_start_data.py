@@ -11,9 +11,13 @@ from rlanything_jax.scenarios.alfworld import env as alfworld
 from rlanything_jax.scenarios.alfworld.knobs import GameKnobs
 from rlanything_jax.scenarios.text_games import expert as text_expert
 from rlanything_jax.scenarios.text_games.compact import CompactChoicePrompts, CompactPrompts, closest_action, game_text
-from rlanything_jax.scenarios.text_games.reference import ReferencePrompts
+from rlanything_jax.scenarios.text_games.reference import DialoguePrompts, ReferencePrompts
 
-SCENARIOS = [ReferencePrompts(), CompactPrompts(), CompactChoicePrompts()]
+SCENARIOS = [ReferencePrompts(), DialoguePrompts(), CompactPrompts(), CompactChoicePrompts()]
+
+
+def _ids(scenario):
+    return f"{scenario.name}-{type(scenario).__name__}"
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +34,7 @@ def reward_examples(tok, prompts, task, steps, env, negatives_per_step, labels="
     return sft.reward_sft_examples(tok, prompts, task, labelled)
 
 
-@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=_ids)
 def test_expert_episode_tokens_are_the_chat_template_rendering(scenario, expert_game, qwen25_tokenizer):
     task, steps, _ = expert_game
     tok = qwen25_tokenizer
@@ -38,8 +42,11 @@ def test_expert_episode_tokens_are_the_chat_template_rendering(scenario, expert_
     assert len(episode.steps) == len(steps) >= 4 and episode.won
     messages = scenario.initial_messages(task, steps[0].observation)
     im_end = tok.token_to_id("<|im_end|>")
+    rebuilt = getattr(scenario, "rebuilds_history", False)
     for t, (record, step) in enumerate(zip(episode.steps, steps)):
-        if t:
+        if rebuilt:   # each turn's prompt is built afresh from the trajectory
+            messages = scenario.step_messages(task, Episode(task, 0, episode.steps[:t]), step.observation)
+        elif t:
             messages.append(scenario.turn_message(Episode(task, 0, episode.steps[:t]), step.observation))
         # Outside truth: the template renders the whole chat at once; the records are built turn by turn.
         assert list(record.prompt_tokens) == tok.encode_chat(messages)
@@ -52,12 +59,15 @@ def test_expert_episode_tokens_are_the_chat_template_rendering(scenario, expert_
     examples = sft.policy_sft_examples(episode, pack=False)
     assert [list(e.prompt_ids) for e in examples] == [list(r.prompt_tokens) for r in episode.steps]
     assert all(e.advantage == 1.0 for e in examples)
+    if rebuilt:   # the turns do not extend each other: one example per step
+        assert [e.segments for e in sft.policy_sft_examples(episode)] == [None] * len(steps)
+        return
     [packed] = sft.policy_sft_examples(episode)
     last = episode.steps[-1]
     assert list(packed.prompt_ids) + list(packed.response_ids) == list(last.prompt_tokens + last.response_tokens)
 
 
-@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=_ids)
 def test_reward_examples_label_expert_steps_good_and_others_bad(scenario, expert_game, qwen25_tokenizer):
     task, steps, env = expert_game
     tok = qwen25_tokenizer
