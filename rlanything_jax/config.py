@@ -136,7 +136,7 @@ class RolloutSection:
     continuous_batching: bool = True
     # Two cohorts of slots take turns: one's environments step while the other decodes (slow environments).
     overlap_env_steps: bool = False
-    # Texts that end a policy turn besides the tokenizer's stop tokens (the reference's ALFWorld: "</answer>").
+    # Texts that end a policy turn besides the tokenizer's stop tokens (e.g. the reference's "</answer>").
     stop_strings: tuple = ()
 
     def __post_init__(self):
