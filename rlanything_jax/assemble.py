@@ -32,6 +32,7 @@ from rlanything_jax.models.scratch import CHATML_TEMPLATE, build_scratch_model_d
 from rlanything_jax.models.tokenizer import Tokenizer
 from rlanything_jax.rl.phase import Learner
 from rlanything_jax.rl.vision import ImageTraining
+from rlanything_jax.sampling.buckets import bucket_length
 from rlanything_jax.sampling.sampler import Sampler, SamplerConfig
 from rlanything_jax.scenarios import make_scenario
 from rlanything_jax.seeds import derive_rng, derive_seed
@@ -127,9 +128,10 @@ def load_model(cfg: RunConfig, role: str, directory: Path, mesh):
 def max_cache_length(cfg: RunConfig, role: str) -> int:
     """The longest sequence a role's sampler holds. The policy: two turns' worth of the longest allowed
     prompt and response (room to extend before a repack). The reward model: that, plus its own answer,
-    because a judge prompt holds the policy's whole prompt and response (it is never cut)."""
+    because a judge prompt holds the policy's whole prompt and response (it is never cut). Rounded up to
+    a cache bucket, so that a prompt bucket plus new tokens that fits is also a cache length allowed."""
     turns = max(2 * (cfg.rollout.max_prompt_tokens + cfg.rollout.max_new_tokens), 1024)
-    return turns + (cfg.reward.max_new_tokens if role == "reward" else 0)
+    return bucket_length(turns + (cfg.reward.max_new_tokens if role == "reward" else 0), 16)
 
 
 def sampler_for(cfg: RunConfig, role: str, model, tokenizer, mesh) -> Sampler:

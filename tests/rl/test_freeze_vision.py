@@ -42,7 +42,7 @@ def test_a_phase_freezes_the_tower_only_when_configured(tiny, frozen):
     cfg = load_config(DEFAULT_CONFIG, [f"model.freeze_vision={frozen}"] +
                       [f"train.policy.{key}={value}" for key, value in TRAIN.items()])
     mesh = sharding.build_mesh({"data": 1, "fsdp": 1, "tensor": 1}, devices=jax.devices()[:1])
-    tokens = types.SimpleNamespace(eos_id=EOS, pad_id=0)   # learner_for reads these two ids only
+    tokens = types.SimpleNamespace(eos_id=EOS, pad_id=0, stop_token_ids=(EOS,))   # the ids learner_for reads
     learner = assemble.learner_for(cfg, "policy", tiny, tokens, mesh)
     assert learner.images.freeze_vision is frozen and learner.images.image_token_id == IMAGE
     params = nnx.state(tiny, nnx.Param)

@@ -24,11 +24,11 @@ from rlanything_jax.envs.runner import EnvRunner
 from rlanything_jax.models import load_pretrained
 from rlanything_jax.rl.train_step import token_logprobs
 from rlanything_jax.sampling.sampler import Sampler, SamplerConfig
-from rlanything_jax.scenarios.text_games.reference import ReferencePrompts
+from rlanything_jax.scenarios.text_games.reference import DialoguePrompts
 from tests import hf_reference
 from tests.envs.toy_envs import toy_task
 
-PROMPTS = ReferencePrompts()
+PROMPTS = DialoguePrompts()   # turns extend the cache (the reference style rebuilds each prompt)
 TASKS = [toy_task(0), toy_task(1, start=4)]
 # The random model's output layer is scaled up so its next-token entropy is ~5 nats (~11.9 is uniform over
 # the vocabulary): temperature and truncation then change what is sampled, and the sampling distribution's
