@@ -115,6 +115,19 @@ class TaskSets:
     train: list[Task]       # the task pool's raw tasks
     eval: list[Task]        # held out
     warm_start: list[Task]  # the expert's tasks for the warm start (none of the above)
+    # Further named evaluation splits a benchmark defines (e.g. in- and out-of-distribution), beside
+    # "train" and "eval"; `split` finds any of them by name.
+    splits: dict[str, list[Task]] = dataclasses.field(default_factory=dict)
+
+    def split_names(self) -> tuple[str, ...]:
+        return ("train", "eval", "warm_start", *self.splits)
+
+    def split(self, name: str) -> list[Task]:
+        if name in ("train", "eval", "warm_start"):
+            return getattr(self, name)
+        if name not in self.splits:
+            raise ValueError(f"no split {name!r}: this scenario's task sets have {', '.join(self.split_names())}")
+        return self.splits[name]
 
 
 @dataclasses.dataclass(frozen=True)
