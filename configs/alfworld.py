@@ -79,3 +79,4 @@ def scratch_run(cfg) -> None:
     for role in ("policy", "reward"):
         cfg.train[role].update(learning_rate=1e-4, updates_per_step=2, micro_batch_size=8, kl_beta=0.0,
                                max_prompt_tokens=512, max_response_tokens=512, aggregation="token_mean")
+    cfg.train.reward.max_prompt_tokens = 1024   # judge prompts are judged whole (see common.smoke)

@@ -53,3 +53,6 @@ def smoke(cfg: ml_collections.ConfigDict) -> None:
     for role in ("policy", "reward"):
         cfg.train[role].update(learning_rate=1e-4, updates_per_step=1, micro_batch_size=4, max_prompt_tokens=256,
                                max_response_tokens=64, aggregation="token_mean")
+    # A judge prompt holds the policy's step prompt, its response and the next observation, and is judged
+    # whole (never cut): the reward model trains on prompts that long, or it judges text it never saw.
+    cfg.train.reward.max_prompt_tokens = 1024

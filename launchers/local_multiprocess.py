@@ -1,6 +1,7 @@
 """N processes of M CPU devices on this machine: one distributed JAX run, as a pod's hosts would run it.
 
-    python launchers/local_multiprocess.py --num_processes=2 --devices_per_process=4 -- --config=configs/default.py:smoke
+    python launchers/local_multiprocess.py --num_processes=2 --devices_per_process=4 \
+        -- --config=configs/default.py:smoke
 
 Every process runs `python -m rlanything_jax.main <arguments after -->` (or `--module`) with the
 `JAX_COORDINATOR_ADDRESS` family set (`rlanything_jax/distributed.py` reads it), JAX on the CPU and

@@ -18,7 +18,7 @@ from rlanything_jax import multihost, placement, sft, sharding
 from rlanything_jax.agents.examples import SignalConfig
 from rlanything_jax.agents.judging import JudgeConfig
 from rlanything_jax.agents.prompt_tokens import text_only
-from rlanything_jax.agents.rollout import RolloutConfig
+from rlanything_jax.agents.rollout_config import RolloutConfig
 from rlanything_jax.agents.scenario import JUDGE_STEPS, GeneratorContext, Scenario, TaskCounts, TaskSets
 from rlanything_jax.agents.trajectory import Episode
 from rlanything_jax.config import RunConfig

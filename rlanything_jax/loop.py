@@ -24,7 +24,7 @@ import numpy as np
 
 from rlanything_jax.agents.examples import SignalConfig, policy_examples, reward_model_examples
 from rlanything_jax.agents.judging import JudgeConfig
-from rlanything_jax.agents.rollout import RolloutConfig
+from rlanything_jax.agents.rollout_config import RolloutConfig
 from rlanything_jax.agents.scenario import JUDGE_STEPS, WRITE_UNIT_TESTS
 from rlanything_jax.agents.trajectory import Episode, JudgedEpisode, StepJudgments, group_by_task, task_accuracy
 from rlanything_jax.agents.unit_tests import UnitTestJudgments, unit_test_examples, unit_test_metrics

@@ -28,7 +28,7 @@ RUN = ["--config=configs/default.py:smoke", "--config.loop.total_steps=2", "--co
        "--config.train.policy_acc_low=0", "--config.train.policy_acc_high=1",
        "--config.reward.band_low=0", "--config.reward.band_high=1", "--config.reward.num_judgments=4",
        "--config.warm_start.enabled=true", "--config.warm_start.num_tasks=4",
-       "--config.warm_start.policy_epochs=1", "--config.warm_start.reward_epochs=6",
+       "--config.warm_start.policy_epochs=1", "--config.warm_start.reward_epochs=2",   # unsure: both train
        "--config.warm_start.learning_rate=1e-2", "--config.warm_start.batch_size=8",
        "--config.env.step_timeout_s=600", "--config.loop.traces_per_step=0",
        # 3 slots for 8 episodes: episodes join running conversations (continuous batching) on every layout.

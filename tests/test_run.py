@@ -34,7 +34,7 @@ RESUMABLE_RUN = ["--config=configs/default.py:smoke", f"--config.loop.total_step
                  "--config.train.policy_acc_low=0", "--config.train.policy_acc_high=1",
                  "--config.reward.band_low=0", "--config.reward.band_high=1", "--config.reward.num_judgments=4",
                  "--config.warm_start.enabled=true", "--config.warm_start.num_tasks=4",
-                 "--config.warm_start.policy_epochs=1", "--config.warm_start.reward_epochs=6",
+                 "--config.warm_start.policy_epochs=1", "--config.warm_start.reward_epochs=2",   # unsure: both train
                  "--config.warm_start.learning_rate=1e-2", "--config.warm_start.batch_size=8",
                  "--config.env.step_timeout_s=600"]
 KILL_SEED = 46   # a plan with a kill in the warm start, one inside the save of step 1, one after step 2's metrics

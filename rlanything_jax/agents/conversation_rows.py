@@ -13,16 +13,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from typing import TYPE_CHECKING
 
 from rlanything_jax.agents.prompt_tokens import ImageCache
+from rlanything_jax.agents.rollout_config import RolloutConfig
 from rlanything_jax.agents.trajectory import Episode, StepRecord
 from rlanything_jax.envs.base import Observation, Task
 from rlanything_jax.sampling.sampler import Conversation, Sampler, bucket_length
 from rlanything_jax.seeds import derive_seed
-
-if TYPE_CHECKING:
-    from rlanything_jax.agents.rollout import RolloutConfig
 
 
 @dataclasses.dataclass

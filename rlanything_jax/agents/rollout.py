@@ -37,32 +37,11 @@ from typing import Any, Callable, Sequence
 
 from rlanything_jax.agents.conversation_rows import LiveEpisode, ensure_room, fits, generate_turn
 from rlanything_jax.agents.prompt_tokens import next_prompt
+from rlanything_jax.agents.rollout_config import RolloutConfig
 from rlanything_jax.agents.scenario import PolicyPrompts
 from rlanything_jax.agents.trajectory import Episode, StepRecord
 from rlanything_jax.envs.base import Observation, Runner, Submitted, Task
 from rlanything_jax.sampling.sampler import Conversation, Sampler
-from rlanything_jax.sampling.strategies import SamplingStrategy, make_strategy
-
-
-@dataclasses.dataclass(frozen=True)
-class RolloutConfig:
-    group_size: int = 8               # G rollouts per task
-    max_turns: int = 40
-    max_new_tokens: int = 256         # per policy turn
-    max_context_tokens: int = 4096    # per episode: history + next turn must fit
-    temperature: float = 0.8
-    top_p: float = 0.95
-    top_k: int = 0
-    stop_strings: tuple[str, ...] = ()
-    seed: int = 0
-    max_live_episodes: int = 0        # play at most this many episodes at once (0: all)
-    continuous_batching: bool = True  # refill an ended episode's slot at once (else: waves of whole tasks)
-    overlap_env_steps: bool = False   # two cohorts of slots: one's environments step while the other decodes
-
-    @property
-    def strategy(self) -> SamplingStrategy:
-        return make_strategy(self.temperature, self.top_k, self.top_p)
-
 
 ActionOverride = Callable[[Episode, Observation], "str | None"]
 

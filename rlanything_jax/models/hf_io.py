@@ -26,6 +26,7 @@ from safetensors.numpy import save_file
 
 from rlanything_jax import multihost
 from rlanything_jax import sharding as sharding_lib
+from rlanything_jax.models import families
 from rlanything_jax.models.attention_kernels import AttentionKernel
 from rlanything_jax.models.decoder import Decoder
 from rlanything_jax.models.layer_stack import is_stacked_path, per_layer_getters, per_layer_shapes, stack_per_layer
@@ -127,7 +128,7 @@ def load_pretrained(hf_dir: str | Path, dtype: Any = "float32", mesh: Mesh | Non
                     rules: sharding_lib.Rules = sharding_lib.DEFAULT_LOGICAL_AXIS_RULES,
                     compute_dtype: Any = None, attention: AttentionKernel | None = None,
                     scan_layers: bool = False) -> Decoder:
-    """Builds a `Decoder` (a `Qwen3VL` for `model_type: qwen3_vl`) from a Hugging Face directory, each
+    """Builds a `Decoder` (or a registered family's model, `models.families`) from a Hugging Face directory, each
     leaf placed with its target sharding.
 
     `dtype` is the parameter dtype; `compute_dtype` defaults to it. With `mesh=None`
@@ -138,10 +139,9 @@ def load_pretrained(hf_dir: str | Path, dtype: Any = "float32", mesh: Mesh | Non
     param_dtype = _resolve_dtype(dtype)
     compute_dtype = _resolve_dtype(compute_dtype) if compute_dtype is not None else param_dtype
     hf = read_hf_config(hf_dir)
-    if hf.get("model_type") == "qwen3_vl":
-        from rlanything_jax.models.qwen3_vl import weights as qwen3_vl_weights
-
-        return qwen3_vl_weights.load(hf, hf_dir, param_dtype, compute_dtype, mesh, rules, attention, scan_layers)
+    family = families.family_for_type(hf.get("model_type"))
+    if family is not None:
+        return family.load(hf, hf_dir, param_dtype, compute_dtype, mesh, rules, attention, scan_layers)
     cfg = dataclasses.replace(DecoderConfig.from_hf(hf), scan_layers=scan_layers)
     return load_into(lambda: Decoder(cfg, dtype=compute_dtype, param_dtype=param_dtype, attention=attention),
                      hf_dir, param_dtype, mesh, rules, name=f"the {cfg.model_type} decoder")
@@ -221,10 +221,9 @@ def save_pretrained(model: Decoder, out_dir: str | Path, dtype: Any = None,
     The host holds one shard at a time. In a multi-process run every process takes
     part in gathering, and only process 0 writes.
     """
-    if hasattr(model, "vl_config"):
-        from rlanything_jax.models.qwen3_vl import weights as qwen3_vl_weights
-
-        return qwen3_vl_weights.save(model, out_dir, dtype, max_shard_bytes)
+    family = families.family_of(model)
+    if family is not None:
+        return family.save(model, out_dir, dtype, max_shard_bytes)
     return write_checkpoint(model, out_dir, model.config.to_hf, dtype, max_shard_bytes)
 
 

@@ -78,6 +78,10 @@ def _ours_to_hf(cfg: Qwen3VLConfig):
     return convert
 
 
+def owns(model) -> bool:
+    return isinstance(model, Qwen3VL)
+
+
 def load(hf: dict[str, Any], hf_dir: str | Path, param_dtype: Any, compute_dtype: Any, mesh: Mesh | None,
          rules: sharding_lib.Rules, attention: AttentionKernel | None = None, scan_layers: bool = False) -> Qwen3VL:
     """The `Qwen3VL` of a checkpoint directory whose config.json `hf` has model_type qwen3_vl; `scan_layers`:
