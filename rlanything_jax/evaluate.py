@@ -127,6 +127,10 @@ def evaluate(args: argparse.Namespace, overrides: list[str]) -> dict:
                 raise ValueError(f"scenario {cfg.scenario!r} has no expert")
             policy = evaluation.ExpertRollouts(scenario)
         else:
+            if scenario.runs_untrusted_code:   # the model's programs run only in the sandbox
+                from rlanything_jax.envs import sandbox
+
+                sandbox.require_strong_isolation(cfg.env.allow_weak_sandbox)
             runner = EnvRunner(num_workers=cfg.env.workers or None, step_timeout_s=cfg.env.step_timeout_s,
                                env_modules=(scenario.env_module,))
             policy = RolloutEngine(_sampler(cfg, "policy", args.policy), runner, scenario.prompts)
@@ -184,11 +188,18 @@ def _reward_model(cfg, spec: str, system, scenario):
 def main(argv: list[str] | None = None) -> int:
     args, overrides = parse_args(sys.argv[1:] if argv is None else list(argv))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from rlanything_jax.envs.sandbox import SandboxUnavailable
+    from rlanything_jax.loop import EnvironmentFailure
+    from rlanything_jax.run import RunError
+
     try:
         result = evaluate(args, overrides)
-    except (ConfigError, ValueError, KeyError, FileNotFoundError) as error:
+    except (ConfigError, ValueError, KeyError, FileNotFoundError, SandboxUnavailable, RunError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except EnvironmentFailure as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
     summary = {k: result[k] for k in ("split", "num_tasks", "episodes", "success_rate", "pass_at_k", "per_type")}
     if "reward_model" in result:
         summary["reward_model"] = result["reward_model"]
