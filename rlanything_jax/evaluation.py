@@ -163,12 +163,15 @@ class ExpertRollouts:
 
 
 def expert_episode(scenario: Scenario, task: Task, group_index: int = 0) -> Episode:
+    """The expert's play of `task`; an environment that fails makes an episode with `env_error` (a task
+    the expert cannot plan raises its error)."""
+    plan = scenario.expert.plan(task)
     env = make_env(task.kind)
     steps: list[StepRecord] = []
     won, reason, error = False, "done", None
     try:
         observation = env.reset(task)
-        for action in scenario.expert.plan(task):
+        for action in plan:
             result = env.step(action)
             steps.append(StepRecord(observation=observation, prompt_tokens=(), response_tokens=(), logprobs=(),
                                     response_text=scenario.prompts.answer_text(observation, action),
