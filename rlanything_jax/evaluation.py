@@ -51,20 +51,23 @@ def task_type(task: Task) -> str:
 
 
 def _figures(counts: Sequence[tuple[int, int]]) -> dict:
-    """Success over tasks given (rollouts played, rollouts won) per task; tasks with no played rollout
-    are left out. pass@k for every k up to the fewest rollouts a task has."""
+    """Success given (rollouts played, rollouts won) per task; tasks with no played rollout are left out.
+    `success_rate`: the fraction of played rollouts won; `pass_at_k`: the mean over tasks of the unbiased
+    estimator, for every k up to the fewest rollouts a task has (pass@1 = success_rate when every task has
+    as many played rollouts)."""
     played = [(n, c) for n, c in counts if n]
     if not played:
         return {"num_tasks": 0, "episodes": 0, "success_rate": float("nan"), "pass_at_k": {}}
     top = min(n for n, _ in played)
-    at_k = {str(k): float(np.mean([pass_at_k(n, c, k) for n, c in played])) for k in range(1, top + 1)}
-    return {"num_tasks": len(played), "episodes": sum(n for n, _ in played), "success_rate": at_k["1"],
-            "pass_at_k": at_k}
+    episodes = sum(n for n, _ in played)
+    return {"num_tasks": len(played), "episodes": episodes, "success_rate": sum(c for _, c in played) / episodes,
+            "pass_at_k": {str(k): float(np.mean([pass_at_k(n, c, k) for n, c in played]))
+                          for k in range(1, top + 1)}}
 
 
 def success_report(episodes: Sequence[Episode]) -> dict:
-    """pass@1 (`success_rate`, the mean over tasks of each task's fraction of won rollouts) and pass@k, over
-    all tasks and per task type, with counts; episodes that failed in the environment are not counted."""
+    """Success and pass@k over all tasks and per task type, with counts (`_figures`); episodes that failed
+    in the environment are not counted."""
     per_task: dict[str, list[int]] = {}
     types: dict[str, str] = {}
     for episode in episodes:

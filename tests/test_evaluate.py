@@ -42,7 +42,8 @@ def test_success_report_counts_tasks_types_and_leaves_out_environment_failures()
     report = success_report(_episodes(a, [True, False, False]) + _episodes(b, [False, False, False])
                             + _episodes(c, [True, True], errors=1))
     assert report["num_tasks"] == 3 and report["episodes"] == 8 and report["env_failures"] == 1
-    assert report["success_rate"] == pytest.approx((1 / 3 + 0 + 1) / 3)
+    assert report["success_rate"] == pytest.approx(3 / 8)                  # of played rollouts
+    assert report["pass_at_k"]["1"] == pytest.approx((1 / 3 + 0 + 1) / 3)  # the mean over tasks
     assert set(report["pass_at_k"]) == {"1", "2"}       # up to the fewest rollouts a task has (c: 2)
     assert report["pass_at_k"]["2"] == pytest.approx((2 / 3 + 0 + 1) / 3)
     heat = report["per_type"]["heat"]
