@@ -97,8 +97,8 @@ def test_a_packaged_model_plays_one_task(tmp_path, capsys):
 @pytest.mark.slow
 def test_a_run_workdir_gives_the_success_of_the_runs_own_last_evaluation(tmp_path, capsys):
     workdir = tmp_path / "run"
-    run = [f"--config={ROOT / 'configs/default.py'}:smoke", f"--config.workdir={workdir}", "--config.env.num_eval_tasks=4",
-           "--config.eval.group_size=2"]
+    run = [f"--config={ROOT / 'configs/default.py'}:smoke", f"--config.workdir={workdir}",
+           "--config.env.num_eval_tasks=4", "--config.eval.group_size=2"]
     result = subprocess.run([sys.executable, "-m", "rlanything_jax.main", *run], cwd=ROOT, capture_output=True,
                             text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]
