@@ -68,6 +68,7 @@ def _load_run(cfg, workdir: Path, step: int | None):
     from rlanything_jax.checkpoint import SystemCheckpointer
     from rlanything_jax.run import build_system, restore_state
 
+    _compare_with_run(cfg, workdir)
     system = build_system(cfg, workdir, _log)
     checkpointer = SystemCheckpointer(workdir / CHECKPOINTS, max_to_keep=None)
     try:
@@ -78,6 +79,25 @@ def _load_run(cfg, workdir: Path, step: int | None):
         raise FileNotFoundError(f"no readable checkpoint in {workdir / CHECKPOINTS}")
     _log(f"restored step {state.step} of {workdir}")
     return system
+
+
+def _flat(tree, prefix: str = "") -> dict:
+    if not isinstance(tree, dict):
+        return {prefix[:-1]: tree}
+    return {k: v for key, value in tree.items() for k, v in _flat(value, f"{prefix}{key}.").items()}
+
+
+def _compare_with_run(cfg, workdir: Path) -> None:
+    """Says which settings differ from the run's own (its config.json): the policy is rebuilt from these."""
+    saved = workdir / "config.json"
+    if not saved.is_file():
+        return
+    ours = _flat(json.loads(json.dumps(dataclasses.asdict(cfg), default=str)))
+    theirs = _flat(json.loads(saved.read_text()))
+    differ = sorted(k for k in ours.keys() | theirs.keys()
+                    if ours.get(k) != theirs.get(k) and k not in ("config_file", "workdir"))
+    if differ:
+        _log(f"settings that differ from the run's ({saved}): {', '.join(differ)}")
 
 
 def _sampler(cfg, role: str, spec: str):

@@ -98,13 +98,13 @@ def test_a_packaged_model_plays_one_task(tmp_path, capsys):
 def test_a_run_workdir_gives_the_success_of_the_runs_own_last_evaluation(tmp_path, capsys):
     workdir = tmp_path / "run"
     run = [f"--config={ROOT / 'configs/default.py'}:smoke", f"--config.workdir={workdir}",
-           "--config.env.num_eval_tasks=4", "--config.eval.group_size=2"]
+           "--config.loop.total_steps=1", "--config.env.num_eval_tasks=4", "--config.eval.group_size=2"]
     result = subprocess.run([sys.executable, "-m", "rlanything_jax.main", *run], cwd=ROOT, capture_output=True,
                             text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]
     last = [line for line in read_metrics(workdir / "metrics.jsonl") if "eval/success_rate" in line][-1]
-    assert last["step"] == 2
+    assert last["step"] == 1
     code, summary, err = _evaluate(capsys, *run, "--split=eval", f"--policy={workdir}", f"--out={tmp_path / 'eval'}")
     assert code == 0, err[-2000:]
-    assert "restored step 2" in err
+    assert "restored step 1" in err
     assert summary["success_rate"] == last["eval/success_rate"] and summary["episodes"] == last["eval/episodes"] == 8
