@@ -84,14 +84,24 @@ def test_unknown_split_is_a_clear_error(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_a_packaged_model_plays_one_task(tmp_path, capsys):
-    code, summary, err = _evaluate(capsys, f"--config={ROOT / 'configs/alfworld.py:smoke'}",
-                                   "--config.env.num_eval_tasks=1", "--config.eval.max_turns=2", "--split=eval",
-                                   "--policy=package:smollm2-135m-instruct", f"--out={tmp_path}")
+@pytest.mark.parametrize("config, task_type, figures", [
+    # SmolLM2's tokens of a game's first prompt are over the smoke config's 256
+    ("configs/alfworld.py:smoke --config.rollout.max_prompt_tokens=1024", "pick_and_place_simple",
+     {"reward_model/outcome_accuracy", "reward_model/step_accuracy"}),
+    ("configs/coding.py:smoke", "coding", {"reward_model/unit_test_accuracy", "reward_model/unit_test_detect"}),
+])
+def test_a_packaged_model_plays_and_judges_one_task(config, task_type, figures, tmp_path, capsys):
+    model = "package:smollm2-135m-instruct"
+    config, *overrides = config.split()
+    code, summary, err = _evaluate(capsys, f"--config={ROOT / config}", *overrides, "--config.env.num_eval_tasks=1",
+                                   "--config.eval.max_turns=2", "--split=eval", f"--policy={model}",
+                                   f"--reward_model={model}", f"--out={tmp_path}")
     assert code == 0, err[-2000:]
     assert summary["num_tasks"] == 1 and summary["episodes"] == 1 and summary["success_rate"] in (0.0, 1.0)
-    trace = next((tmp_path / "traces").glob("*/trace.html")).read_text()
-    assert "pick_and_place_simple" in json.dumps(summary["per_type"]) and trace
+    assert list(summary["per_type"]) == [task_type]
+    assert figures <= set(summary["reward_model"]), summary
+    assert all(0.0 <= summary["reward_model"][k] <= 1.0 for k in figures)
+    assert next((tmp_path / "traces").glob("*/trace.html")).read_text()
 
 
 @pytest.mark.slow
