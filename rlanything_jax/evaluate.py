@@ -110,12 +110,51 @@ def _sampler(cfg, role: str, spec: str):
     return assemble.sampler_for(cfg, role, model, tokenizer, meshes.sampler)
 
 
-def evaluate(args: argparse.Namespace, overrides: list[str]) -> dict:
-    from rlanything_jax import assemble, evaluation, traces
+@dataclasses.dataclass(frozen=True)
+class _Setup:
+    """What plays the split: the scenario, its tasks, the loop's settings, the policy and its environments."""
+
+    scenario: object
+    tasks: object           # agents.scenario.TaskSets
+    settings: object        # loop.LoopSettings
+    policy: object          # loop.Rollouts
+    runner: object = None   # the environments' runner, closed at the end (none for the expert)
+    system: object = None   # run.System, when the policy is a run's checkpoint
+
+
+def _setup(cfg, policy: str, policy_run, out: Path) -> _Setup:
+    import importlib
+
+    from rlanything_jax import assemble, evaluation
     from rlanything_jax.agents.rollout import RolloutEngine
+    from rlanything_jax.envs.runner import EnvRunner
+
+    if policy_run is not None:
+        system = _load_run(cfg, *policy_run)
+        return _Setup(system.scenario, system.tasks, system.settings, system.services.policy, system.runner, system)
+    scenario = assemble.build_scenario(cfg)
+    tasks = assemble.build_tasks(cfg, scenario, out / "games")
+    importlib.import_module(scenario.env_module)
+    settings = assemble.loop_settings(cfg, scenario)
+    if policy == EXPERT:
+        if scenario.expert is None:
+            raise ValueError(f"scenario {cfg.scenario!r} has no expert")
+        return _Setup(scenario, tasks, settings, evaluation.ExpertRollouts(scenario))
+    if scenario.runs_untrusted_code:   # the model's programs run only in the sandbox
+        from rlanything_jax.envs import sandbox
+
+        sandbox.require_strong_isolation(cfg.env.allow_weak_sandbox)
+    sampler = _sampler(cfg, "policy", policy)
+    runner = EnvRunner(num_workers=cfg.env.workers or None, step_timeout_s=cfg.env.step_timeout_s,
+                       env_modules=(scenario.env_module,))
+    return _Setup(scenario, tasks, settings, RolloutEngine(sampler, runner, scenario.prompts), runner)
+
+
+def evaluate(args: argparse.Namespace, overrides: list[str]) -> dict:
+    """Plays the split, judges it when asked, writes eval.json and traces; returns what eval.json holds."""
+    from rlanything_jax import assemble, evaluation, traces
     from rlanything_jax.agents.scenario import JUDGE_STEPS
     from rlanything_jax.agents.trajectory import JudgedEpisode
-    from rlanything_jax.envs.runner import EnvRunner
     from rlanything_jax.run import evaluate_split
 
     if args.rollouts is not None:
@@ -129,53 +168,31 @@ def evaluate(args: argparse.Namespace, overrides: list[str]) -> dict:
     out = Path(args.out or tempfile.mkdtemp(prefix="rlanything_eval_")).resolve()
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    runner = None
-    if policy_run is not None:
-        system = _load_run(cfg, *policy_run)
-        scenario, tasks, settings = system.scenario, system.tasks, system.settings
-        policy, runner = system.services.policy, system.runner
-    else:
-        import importlib
-
-        scenario = assemble.build_scenario(cfg)
-        tasks = assemble.build_tasks(cfg, scenario, out / "games")
-        importlib.import_module(scenario.env_module)
-        settings = assemble.loop_settings(cfg, scenario)
-        system = None
-        if args.policy == EXPERT:
-            if scenario.expert is None:
-                raise ValueError(f"scenario {cfg.scenario!r} has no expert")
-            policy = evaluation.ExpertRollouts(scenario)
-        else:
-            if scenario.runs_untrusted_code:   # the model's programs run only in the sandbox
-                from rlanything_jax.envs import sandbox
-
-                sandbox.require_strong_isolation(cfg.env.allow_weak_sandbox)
-            runner = EnvRunner(num_workers=cfg.env.workers or None, step_timeout_s=cfg.env.step_timeout_s,
-                               env_modules=(scenario.env_module,))
-            policy = RolloutEngine(_sampler(cfg, "policy", args.policy), runner, scenario.prompts)
+    setup = _setup(cfg, args.policy, policy_run, out)
+    scenario = setup.scenario
     try:
-        split = tasks.split(args.split)
+        split = setup.tasks.split(args.split)
         if not split:
             raise ValueError(f"split {args.split!r} has no tasks")
-        rollout = assemble.eval_rollout(cfg, settings)
+        rollout = assemble.eval_rollout(cfg, setup.settings)
         _log(f"{cfg.scenario} split {args.split}: {len(split)} tasks x {rollout.group_size} rollouts, "
              f"{rollout.max_turns} steps at temperature {rollout.temperature}; policy {args.policy}")
-        if system is not None:
-            episodes, report = evaluate_split(system, split, _log)
+        if setup.system is not None:   # exactly as the run evaluates
+            episodes, report = evaluate_split(setup.system, split, _log)
         else:
-            episodes, report = evaluation.held_out(policy, split, rollout, assemble.eval_tasks_per_call(cfg), _log)
+            episodes, report = evaluation.held_out(setup.policy, split, rollout, assemble.eval_tasks_per_call(cfg),
+                                                   _log)
         judged = [JudgedEpisode(e) for e in episodes]
         if args.reward_model is not None:
-            judged, figures = evaluation.reward_model_report(
-                episodes, _reward_model(cfg, args.reward_model, system, scenario),
-                dataclasses.replace(settings.judge, seed=cfg.seed),
-                scenario.expert.step_label if scenario.expert is not None
-                and scenario.reward_model_use == JUDGE_STEPS else None)
-            report["reward_model"] = figures
+            same_run = setup.system if policy_run == run_of(args.reward_model) else None
+            labeler = (scenario.expert.step_label if scenario.expert is not None
+                       and scenario.reward_model_use == JUDGE_STEPS else None)
+            judged, report["reward_model"] = evaluation.reward_model_report(
+                episodes, _reward_model(cfg, args.reward_model, same_run, scenario),
+                dataclasses.replace(setup.settings.judge, seed=cfg.seed), labeler)
     finally:
-        if runner is not None:
-            runner.close()
+        if setup.runner is not None:
+            setup.runner.close()
     result = {"split": args.split, "scenario": cfg.scenario, "policy": args.policy,
               "reward_model_source": args.reward_model, "rollouts": rollout.group_size, "max_turns": rollout.max_turns,
               "temperature": rollout.temperature, **report, "seconds": round(time.perf_counter() - started, 1)}
@@ -187,16 +204,17 @@ def evaluate(args: argparse.Namespace, overrides: list[str]) -> dict:
 
 
 def _reward_model(cfg, spec: str, system, scenario):
-    """The reward model `spec` names, as the loop uses it (a step judge or a unit-test writer)."""
+    """The reward model `spec` names, as the loop uses it (a step judge or a unit-test writer); `system`:
+    the policy's run when `spec` names the same run and step."""
     from rlanything_jax.agents.judging import StepJudge
     from rlanything_jax.agents.scenario import JUDGE_STEPS
     from rlanything_jax.agents.unit_tests import UnitTestWriter
 
     reward_run = run_of(spec)
     if reward_run is not None:
-        if system is None or reward_run[0] != system.workdir:
-            run_cfg = dataclasses.replace(cfg, workdir=str(reward_run[0]))
-            system = _load_run(run_cfg, *reward_run)
+        if system is None:   # not the policy's run and step: its own
+            system = _load_run(dataclasses.replace(cfg, workdir=str(reward_run[0])), *reward_run)
+            system.runner.close()   # the reward model judges and writes tests without environments
         sampler = system.samplers["reward"]
     else:
         sampler = _sampler(cfg, "reward", spec)
