@@ -1,4 +1,4 @@
-"""One RLAnything step over declared collaborators, and held-out evaluation.
+"""One RLAnything step over declared collaborators (held-out evaluation: evaluation.py).
 
 One step: sample tasks (active + pending candidates) -> policy rollouts (`Episode`s) ->
 the reward model's judgments of every step (`StepJudgments`) or its unit tests

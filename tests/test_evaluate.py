@@ -86,7 +86,7 @@ def test_unknown_split_is_a_clear_error(tmp_path, capsys):
 @pytest.mark.slow
 @pytest.mark.parametrize("config, task_type, figures", [
     # SmolLM2's tokens of a game's first prompt are over the smoke config's 256
-    ("configs/alfworld.py:smoke --config.rollout.max_prompt_tokens=1024", "pick_and_place_simple",
+    ("configs/alfworld.py:smoke --config.rollout.max_prompt_tokens=512", "pick_and_place_simple",
      {"reward_model/outcome_accuracy", "reward_model/step_accuracy"}),
     ("configs/coding.py:smoke", "coding", {"reward_model/unit_test_accuracy", "reward_model/unit_test_detect"}),
 ])
