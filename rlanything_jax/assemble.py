@@ -203,6 +203,11 @@ def eval_rollout(cfg: RunConfig, settings: LoopSettings) -> RolloutConfig:
                                temperature=cfg.eval.temperature, seed=derive_seed(cfg.seed, "eval"))
 
 
+def eval_tasks_per_call(cfg: RunConfig) -> int:
+    """Held-out tasks played per call: a training step's episodes (same compiled shapes, bounded memory)."""
+    return max(1, cfg.rollout.tasks_per_step * cfg.rollout.group_size // cfg.eval.group_size)
+
+
 def task_generator(cfg: RunConfig, scenario: Scenario, workdir: Path, environment_sampler: Sampler | None):
     context = GeneratorContext(kind=cfg.curriculum.generator, out_dir=workdir / "games" / "candidates",
                                environment_sampler=environment_sampler,

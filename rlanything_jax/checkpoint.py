@@ -80,11 +80,16 @@ class SystemCheckpointer:
     def steps(self) -> list[int]:
         return sorted(self._manager.all_steps())
 
-    def restore_latest(self, abstract_arrays: dict[str, Any]) -> Restored | None:
-        """The newest readable checkpoint (None when there is none), restored onto the shardings
-        in `abstract_arrays` (see `abstract_like`). Registered modules get their JSON back."""
+    def restore_latest(self, abstract_arrays: dict[str, Any], step: int | None = None) -> Restored | None:
+        """The newest readable checkpoint (None when there is none), or the one of `step`, restored onto the
+        shardings in `abstract_arrays` (see `abstract_like`). Registered modules get their JSON back."""
         self.wait()
-        for step in reversed(self.steps()):
+        steps = self.steps()
+        if step is not None:
+            if step not in steps:
+                raise FileNotFoundError(f"no checkpoint of step {step} in {self.directory}; it has steps {steps}")
+            steps = [step]
+        for step in reversed(steps):
             try:
                 restored = self._manager.restore(step, args=ocp.args.Composite(**{
                     ARRAYS: ocp.args.StandardRestore(abstract_arrays), JSON: ocp.args.JsonRestore()}))

@@ -1,4 +1,4 @@
-"""One RLAnything step over declared collaborators, and held-out evaluation.
+"""One RLAnything step over declared collaborators (held-out evaluation: evaluation.py).
 
 One step: sample tasks (active + pending candidates) -> policy rollouts (`Episode`s) ->
 the reward model's judgments of every step (`StepJudgments`) or its unit tests
@@ -274,7 +274,7 @@ def _adapt(pool: TaskPool, slot_indices: Sequence[int], groups: Mapping[str, Seq
     return pool
 
 
-# ---------------------------------------------------------------- metrics and evaluation
+# ---------------------------------------------------------------- metrics (held-out evaluation: evaluation.py)
 
 
 def episode_metrics(judged: Sequence[JudgedEpisode], step_labeler: StepLabeler | None) -> dict[str, float]:
@@ -302,18 +302,3 @@ def episode_metrics(judged: Sequence[JudgedEpisode], step_labeler: StepLabeler |
     if step_hits:
         out["reward_model/step_accuracy"] = float(np.mean(step_hits))
     return out
-
-
-def evaluate(policy: Rollouts, tasks: Sequence[Task], rollout: RolloutConfig,
-             tasks_per_call: int = 0) -> dict[str, float]:
-    """Held-out success rate of the current policy, playing `tasks_per_call` tasks at a time (0: all):
-    batches the size of a training step's reuse its compiled programs and bound the cache's memory."""
-    metrics: Counter = Counter()
-    chunk = tasks_per_call or max(len(tasks), 1)
-    episodes = []
-    for start in range(0, len(tasks), chunk):
-        episodes += policy.play(tasks[start:start + chunk], rollout, metrics)
-    check_environment(episodes, "held-out evaluation")
-    played = [e for e in episodes if e.env_error is None]
-    return {"eval/success_rate": float(np.mean([e.won for e in played])) if played else float("nan"),
-            "eval/episodes": len(played)}

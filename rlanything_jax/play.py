@@ -55,7 +55,8 @@ def play_expert(scenario: Scenario, task: Task, max_steps: int) -> dict:
 
 def play_model(scenario: Scenario, task: Task, model: str, max_steps: int, max_new_tokens: int, temperature: float,
                seed: int) -> dict:
-    from rlanything_jax.agents.rollout import RolloutConfig, play_episodes
+    from rlanything_jax.agents.rollout import RolloutConfig, RolloutEngine
+    from rlanything_jax.evaluation import play_split
     from rlanything_jax.models import load_pretrained
     from rlanything_jax.models.registry import resolve_model_dir
     from rlanything_jax.models.tokenizer import Tokenizer
@@ -68,7 +69,7 @@ def play_model(scenario: Scenario, task: Task, model: str, max_steps: int, max_n
                            max_context_tokens=16384, temperature=temperature, seed=seed)
     runner = InProcessRunner()
     try:
-        [episode] = play_episodes(sampler, runner, scenario.prompts, [task], config)
+        [episode] = play_split(RolloutEngine(sampler, runner, scenario.prompts), [task], config)   # as `evaluate`
     finally:
         runner.close()
     if episode.steps:

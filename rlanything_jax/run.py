@@ -22,7 +22,7 @@ from typing import Any
 
 import jax
 
-from rlanything_jax import assemble, multihost, traces, warm_start
+from rlanything_jax import assemble, evaluation, multihost, traces, warm_start
 from rlanything_jax.agents.judging import StepJudge
 from rlanything_jax.agents.rollout import RolloutEngine
 from rlanything_jax.agents.scenario import JUDGE_STEPS, WRITE_UNIT_TESTS, Scenario, TaskSets
@@ -34,7 +34,7 @@ from rlanything_jax.envs import sandbox
 from rlanything_jax.envs.base import make_env
 from rlanything_jax.envs.runner import EnvRunner
 from rlanything_jax.envs.shared_runner import ProcessShardedRunner
-from rlanything_jax.loop import LoopSettings, Services, SystemState, evaluate, rl_step
+from rlanything_jax.loop import LoopSettings, Services, SystemState, rl_step
 from rlanything_jax.metrics import MetricsWriter, NullMetricsWriter, format_step_line, plot_curves, read_metrics
 from rlanything_jax.probe import build_judge_probe, probe_accuracy
 from rlanything_jax.rl.phase import Learner
@@ -189,14 +189,17 @@ def _sync_samplers(system: System, state: SystemState) -> None:
     system.samplers["reward"].update_params(state.reward.params)
 
 
+def evaluate_split(system: System, tasks: list, log: Callable[[str], None] | None = None) -> tuple[list, dict]:
+    """The current policy on `tasks` with the config's evaluation settings: the episodes and their
+    `evaluation.success_report` (what the loop's `eval/...` figures and `python -m rlanything_jax.evaluate` show)."""
+    return evaluation.held_out(system.services.policy, tasks, assemble.eval_rollout(system.cfg, system.settings),
+                               assemble.eval_tasks_per_call(system.cfg), log)
+
+
 def _evaluate(system: System) -> dict[str, float]:
-    cfg = system.cfg
     if not system.tasks.eval:
         return {}
-    rollout = assemble.eval_rollout(cfg, system.settings)
-    # Held-out episodes per call = a training step's: same compiled shapes, bounded memory.
-    chunk = max(1, cfg.rollout.tasks_per_step * cfg.rollout.group_size // cfg.eval.group_size)
-    return evaluate(system.services.policy, system.tasks.eval, rollout, chunk)
+    return evaluation.loop_metrics(evaluate_split(system, system.tasks.eval)[1])
 
 
 def _warm_start(system: System, state: SystemState, log: Callable[[str], None]) -> SystemState:
@@ -218,16 +221,27 @@ def _save(checkpointer: SystemCheckpointer, state: SystemState) -> None:
                       {"pool": pool_to_json(state.pool), "step": state.step})
 
 
+def restore_state(system: System, checkpointer: SystemCheckpointer, fresh: SystemState,
+                  step: int | None = None) -> SystemState | None:
+    """The newest checkpoint's state (or `step`'s), shaped like `fresh`, its weights in the samplers; None
+    without a checkpoint."""
+    restored = checkpointer.restore_latest(abstract_like({"policy": fresh.policy, "reward": fresh.reward}), step)
+    if restored is None:
+        return None
+    state = SystemState(step=restored.step, policy=restored.arrays["policy"], reward=restored.arrays["reward"],
+                        pool=pool_from_json(restored.json["pool"]))
+    _sync_samplers(system, state)
+    return state
+
+
 def restore_or_start(system: System, checkpointer: SystemCheckpointer, writer: MetricsWriter,
                      log: Callable[[str], None]) -> SystemState:
     """The newest checkpoint's state, or a fresh one after the warm start and the step-0 evaluation
     (saved as step 0)."""
     state = system.initial_state()
-    restored = checkpointer.restore_latest(abstract_like({"policy": state.policy, "reward": state.reward}))
+    restored = restore_state(system, checkpointer, state)
     if restored is not None:
-        state = SystemState(step=restored.step, policy=restored.arrays["policy"], reward=restored.arrays["reward"],
-                            pool=pool_from_json(restored.json["pool"]))
-        _sync_samplers(system, state)
+        state = restored
         writer.resume(state.step)
         log(f"resumed from step {state.step} ({checkpointer.directory})")
         return state

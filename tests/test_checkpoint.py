@@ -54,6 +54,18 @@ def test_round_trip_with_registered_json_state(tmp_path):
     checkpointer.close()
 
 
+def test_a_chosen_step_restores_that_step_and_a_missing_one_says_which_there_are(tmp_path):
+    checkpointer = SystemCheckpointer(tmp_path, max_to_keep=3)
+    for step in (1, 2):
+        checkpointer.save(step, _arrays(step), {"note": step})
+    restored = checkpointer.restore_latest(abstract_like(_arrays(0)), step=1)
+    assert restored.step == 1 and restored.json["note"] == 1
+    np.testing.assert_array_equal(restored.arrays["policy"]["w"], _arrays(1)["policy"]["w"])
+    with pytest.raises(FileNotFoundError, match=r"no checkpoint of step 5 .* steps \[1, 2\]"):
+        checkpointer.restore_latest(abstract_like(_arrays(0)), step=5)
+    checkpointer.close()
+
+
 def test_empty_directory_restores_nothing(tmp_path):
     assert SystemCheckpointer(tmp_path).restore_latest(abstract_like(_arrays(0))) is None
 

@@ -19,7 +19,8 @@ SPECS = {"configs/default.py": "alfworld", "configs/default.py:cpu": "alfworld",
          "configs/alfworld.py": "alfworld", "configs/alfworld.py:cpu": "alfworld",
          "configs/alfworld.py:tpu_v5e_64": "alfworld", "configs/alfworld.py:scratch": "alfworld",
          "configs/alfworld.py:smoke": "alfworld", "configs/coding.py": "coding", "configs/coding.py:cpu": "coding",
-         "configs/coding.py:smoke": "coding"}
+         "configs/coding.py:smoke": "coding", "configs/textworld.py": "textworld",
+         "configs/textworld.py:smoke": "textworld"}
 
 
 @pytest.mark.parametrize("spec", SPECS)

@@ -12,7 +12,8 @@ from rlanything_jax.agents.judging import JudgeConfig
 from rlanything_jax.agents.rollout import RolloutConfig
 from rlanything_jax.agents.trajectory import Episode, JudgedEpisode, StepJudgments, StepRecord
 from rlanything_jax.envs.base import Observation, Task, make_env
-from rlanything_jax.loop import EnvironmentFailure, episode_metrics, evaluate
+from rlanything_jax.evaluation import held_out, loop_metrics
+from rlanything_jax.loop import EnvironmentFailure, episode_metrics
 from rlanything_jax.probe import JudgeProbe, build_judge_probe, probe_accuracy
 from rlanything_jax.sampling.stops import Completion
 from rlanything_jax.scenarios import make_scenario
@@ -112,6 +113,11 @@ class ScriptedRollouts:
 
     def update_params(self, params):
         pass
+
+
+def evaluate(policy, tasks, rollout, tasks_per_call=0):
+    """The training loop's held-out figures (`run._evaluate`)."""
+    return loop_metrics(held_out(policy, tasks, rollout, tasks_per_call)[1])
 
 
 def test_held_out_success_counts_played_episodes_in_chunks():

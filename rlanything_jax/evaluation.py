@@ -1,0 +1,211 @@
+"""Evaluating a policy, and its reward model, on a split of tasks: the one code path behind the training
+loop's held-out evaluation (`run.py`, `eval/success_rate`) and `python -m rlanything_jax.evaluate`.
+
+- `play_split` plays G rollouts of every task with the policy's `Rollouts` (the loop's rollout engine, or
+  `ExpertRollouts`), a bounded number of tasks per call, with progress lines on long work.
+- `success_report` turns the episodes into success figures: pass@1 (`success_rate`) and pass@k for
+  k = 1..G with the unbiased estimator, overall and per task type, with counts.
+- `reward_model_report` judges the played episodes with the reward model and scores it where labels
+  exist: step accuracy against the expert's labels, outcome accuracy, or unit-test accuracy and
+  detection (`loop.episode_metrics`, `agents.unit_tests.unit_test_metrics`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import threading
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from rlanything_jax.agents.judging import JudgeConfig
+from rlanything_jax.agents.rollout import RolloutConfig
+from rlanything_jax.agents.scenario import Scenario
+from rlanything_jax.agents.trajectory import Episode, JudgedEpisode, StepRecord
+from rlanything_jax.agents.unit_tests import unit_test_metrics
+from rlanything_jax.envs.base import Task, make_env
+from rlanything_jax.loop import Rollouts, StepJudge, StepLabeler, UnitTestWriter, check_environment, episode_metrics
+
+PROGRESS_EVERY_S = 30.0
+
+
+# ---------------------------------------------------------------- success figures
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """The unbiased estimator of pass@k from n rollouts of which c succeeded: 1 - C(n-c, k) / C(n, k)
+    (Chen et al., 2021)."""
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"pass@k needs 0 <= c <= n and 1 <= k <= n; got n={n}, c={c}, k={k}")
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def task_type(task: Task) -> str:
+    """The task's type for the per-type breakdown: its payload's `task_type` where it has one, else its kind."""
+    return str(task.payload.get("task_type") or task.kind)
+
+
+def _figures(counts: Sequence[tuple[int, int]]) -> dict:
+    """Success given (rollouts played, rollouts won) per task; tasks with no played rollout are left out.
+    `success_rate`: the fraction of played rollouts won; `pass_at_k`: the mean over tasks of the unbiased
+    estimator, for every k up to the fewest rollouts a task has (pass@1 = success_rate when every task has
+    as many played rollouts)."""
+    played = [(n, c) for n, c in counts if n]
+    if not played:
+        return {"num_tasks": 0, "episodes": 0, "success_rate": float("nan"), "pass_at_k": {}}
+    top = min(n for n, _ in played)
+    episodes = sum(n for n, _ in played)
+    return {"num_tasks": len(played), "episodes": episodes, "success_rate": sum(c for _, c in played) / episodes,
+            "pass_at_k": {str(k): float(np.mean([pass_at_k(n, c, k) for n, c in played]))
+                          for k in range(1, top + 1)}}
+
+
+def success_report(episodes: Sequence[Episode]) -> dict:
+    """Success and pass@k over all tasks and per task type, with counts (`_figures`); episodes that failed
+    in the environment are not counted."""
+    per_task: dict[str, list[int]] = {}
+    types: dict[str, str] = {}
+    for episode in episodes:
+        counts = per_task.setdefault(episode.task.task_id, [0, 0])
+        types[episode.task.task_id] = task_type(episode.task)
+        if episode.env_error is None:
+            counts[0] += 1
+            counts[1] += int(episode.won)
+    by_type: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for task_id, (n, c) in per_task.items():
+        by_type[types[task_id]].append((n, c))
+    report = _figures([tuple(v) for v in per_task.values()])
+    report["env_failures"] = sum(e.env_error is not None for e in episodes)
+    report["per_type"] = {name: _figures(counts) for name, counts in sorted(by_type.items())}
+    return report
+
+
+def loop_metrics(report: dict) -> dict[str, float]:
+    """The training loop's held-out figures (`eval/...`) from a `success_report`."""
+    return {"eval/success_rate": report["success_rate"], "eval/episodes": report["episodes"]}
+
+
+# ---------------------------------------------------------------- playing
+
+
+class _Progress:
+    """Prints `done/total, elapsed, ETA` at least every `every_s` seconds while work goes on."""
+
+    def __init__(self, log: Callable[[str], None] | None, label: str, total: int, every_s: float):
+        self.log, self.label, self.total, self.every_s = log, label, total, every_s
+        self.done, self.started = 0, time.perf_counter()
+        self._stop = threading.Event()
+        self._thread = None
+        if log is not None:
+            self._thread = threading.Thread(target=self._beat, daemon=True)
+            self._thread.start()
+
+    def line(self) -> str:
+        elapsed = time.perf_counter() - self.started
+        eta = f"{elapsed / self.done * (self.total - self.done):.0f} s" if self.done else "unknown"
+        return f"{self.label}: {self.done}/{self.total} tasks, {elapsed:.0f} s elapsed, ETA {eta}"
+
+    def advance(self, count: int) -> None:
+        self.done += count
+        if self.log is not None:
+            self.log(self.line())
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.every_s):
+            self.log(self.line())
+
+    def close(self) -> None:
+        self._stop.set()
+
+
+def play_split(policy: Rollouts, tasks: Sequence[Task], rollout: RolloutConfig, tasks_per_call: int = 0,
+               log: Callable[[str], None] | None = None, label: str = "evaluation",
+               every_s: float = PROGRESS_EVERY_S) -> list[Episode]:
+    """`rollout.group_size` episodes of every task, `tasks_per_call` tasks at a time (0: all): batches the
+    size of a training step's reuse its compiled programs and bound the cache's memory."""
+    metrics: Counter = Counter()
+    chunk = tasks_per_call or max(len(tasks), 1)
+    progress = _Progress(log, label, len(tasks), every_s)
+    episodes: list[Episode] = []
+    try:
+        for start in range(0, len(tasks), chunk):
+            part = tasks[start:start + chunk]
+            episodes += policy.play(part, rollout, metrics)
+            progress.advance(len(part))
+    finally:
+        progress.close()
+    check_environment(episodes, label)
+    return episodes
+
+
+def held_out(policy: Rollouts, tasks: Sequence[Task], rollout: RolloutConfig, tasks_per_call: int = 0,
+             log: Callable[[str], None] | None = None) -> tuple[list[Episode], dict]:
+    """The episodes and the `success_report` of the policy on `tasks`: what the loop and `evaluate` run."""
+    episodes = play_split(policy, tasks, rollout, tasks_per_call, log)
+    return episodes, success_report(episodes)
+
+
+@dataclasses.dataclass(frozen=True)
+class ExpertRollouts:
+    """The scenario's expert as a policy (`loop.Rollouts`): every rollout plays the expert's whole plan in
+    the task's environment (no turn limit: a check of the data and the evaluators, whose success is 1.0),
+    each step recorded with the answer the policy would write to take its action."""
+
+    scenario: Scenario
+
+    def play(self, tasks: Sequence[Task], config: RolloutConfig, metrics: Counter) -> list[Episode]:
+        return [expert_episode(self.scenario, task, g) for task in tasks for g in range(config.group_size)]
+
+    def update_params(self, params) -> None:
+        del params
+
+
+def expert_episode(scenario: Scenario, task: Task, group_index: int = 0) -> Episode:
+    """The expert's play of `task`; an environment that fails makes an episode with `env_error` (a task
+    the expert cannot plan raises its error)."""
+    plan = scenario.expert.plan(task)
+    env = make_env(task.kind)
+    steps: list[StepRecord] = []
+    won, reason, error = False, "done", None
+    try:
+        observation = env.reset(task)
+        for action in plan:
+            result = env.step(action)
+            steps.append(StepRecord(observation=observation, prompt_tokens=(), response_tokens=(), logprobs=(),
+                                    response_text=scenario.prompts.answer_text(observation, action),
+                                    finish_reason="stop", action=action, parse_status="ok",
+                                    next_observation=result.observation, won_after=result.won))
+            observation, won = result.observation, result.won
+            if result.done:
+                break
+        reason = "won" if won else "done"
+    except Exception as failure:  # noqa: BLE001 - reported as the episode's environment error, as the runner does
+        reason, error = "env_error", f"{type(failure).__name__}: {failure}"
+    finally:
+        env.close()
+    return Episode(task=task, group_index=group_index, steps=tuple(steps), won=won, end_reason=reason,
+                   env_error=error)
+
+
+# ---------------------------------------------------------------- the reward model
+
+
+def reward_model_report(episodes: Sequence[Episode], reward_model: StepJudge | UnitTestWriter, config: JudgeConfig,
+                        step_labeler: StepLabeler | None) -> tuple[list[JudgedEpisode], dict[str, float]]:
+    """The reward model on the played episodes: a step judge's outcome accuracy and step accuracy against
+    the expert's labels, or a unit-test writer's test accuracy and detection rate (`reward_model/...`)."""
+    played = [e for e in episodes if e.trainable]
+    metrics: Counter = Counter()
+    if hasattr(reward_model, "judge"):
+        judged = [JudgedEpisode(e, j) for e, j in zip(played, reward_model.judge(played, config, metrics))]
+        figures = episode_metrics(judged, step_labeler)
+        return judged, {k: v for k, v in figures.items() if k.startswith("reward_model/")}
+    groups: dict[str, list[Episode]] = defaultdict(list)
+    for episode in played:
+        groups[episode.task.task_id].append(episode)
+    return [JudgedEpisode(e) for e in played], unit_test_metrics(reward_model.write(groups, config, metrics))
