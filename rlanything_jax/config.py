@@ -265,9 +265,13 @@ class EvalConfig:
     # Held-out tasks whose expert-labelled steps the reward model judges after the warm start and every
     # step (reward_model/probe_step_accuracy; scenarios with an expert; 0 = off).
     judge_probe_tasks: int = 0
+    # Unit tests the reward model writes per held-out task, run against the held-out programs and the task's
+    # own solution (eval/reward_model/unit_test_*; scenarios whose reward model writes unit tests; 0 = off).
+    unit_tests: int = 0
 
     def __post_init__(self):
         validation.positive_int("group_size", self.group_size)
+        validation.non_negative_int("unit_tests", self.unit_tests)
         validation.check("temperature", validation.is_number(self.temperature) and self.temperature >= 0,
                          "must be >= 0 (0 = greedy)", self.temperature)
         validation.positive_int("max_turns", self.max_turns)

@@ -305,9 +305,12 @@ def episode_metrics(judged: Sequence[JudgedEpisode], step_labeler: StepLabeler |
 
 
 def evaluate(policy: Rollouts, tasks: Sequence[Task], rollout: RolloutConfig,
-             tasks_per_call: int = 0) -> dict[str, float]:
+             tasks_per_call: int = 0, test_writer: UnitTestWriter | None = None,
+             unit_test_config: JudgeConfig | None = None) -> dict[str, float]:
     """Held-out success rate of the current policy, playing `tasks_per_call` tasks at a time (0: all):
-    batches the size of a training step's reuse its compiled programs and bound the cache's memory."""
+    batches the size of a training step's reuse its compiled programs and bound the cache's memory.
+    With a `test_writer`, the reward model also writes `unit_test_config.num_judgments` tests per held-out
+    task, measured against its programs (eval/reward_model/unit_test_*, as the reference's evaluation)."""
     metrics: Counter = Counter()
     chunk = tasks_per_call or max(len(tasks), 1)
     episodes = []
@@ -315,5 +318,12 @@ def evaluate(policy: Rollouts, tasks: Sequence[Task], rollout: RolloutConfig,
         episodes += policy.play(tasks[start:start + chunk], rollout, metrics)
     check_environment(episodes, "held-out evaluation")
     played = [e for e in episodes if e.env_error is None]
-    return {"eval/success_rate": float(np.mean([e.won for e in played])) if played else float("nan"),
-            "eval/episodes": len(played)}
+    report = {"eval/success_rate": float(np.mean([e.won for e in played])) if played else float("nan"),
+              "eval/episodes": len(played)}
+    if test_writer is not None and unit_test_config is not None and played:
+        groups: dict[str, list[Episode]] = {}
+        for episode in played:
+            groups.setdefault(episode.task.task_id, []).append(episode)
+        judged = test_writer.write(groups, unit_test_config, metrics)
+        report.update({f"eval/{key}": value for key, value in unit_test_metrics(judged).items()})
+    return report

@@ -196,7 +196,9 @@ def _evaluate(system: System) -> dict[str, float]:
     rollout = assemble.eval_rollout(cfg, system.settings)
     # Held-out episodes per call = a training step's: same compiled shapes, bounded memory.
     chunk = max(1, cfg.rollout.tasks_per_step * cfg.rollout.group_size // cfg.eval.group_size)
-    return evaluate(system.services.policy, system.tasks.eval, rollout, chunk)
+    unit_tests = dataclasses.replace(system.settings.judge, num_judgments=cfg.eval.unit_tests, seed=cfg.seed)
+    return evaluate(system.services.policy, system.tasks.eval, rollout, chunk,
+                    system.services.test_writer if cfg.eval.unit_tests else None, unit_tests)
 
 
 def _warm_start(system: System, state: SystemState, log: Callable[[str], None]) -> SystemState:
