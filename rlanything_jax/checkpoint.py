@@ -80,23 +80,24 @@ class SystemCheckpointer:
     def steps(self) -> list[int]:
         return sorted(self._manager.all_steps())
 
-    def restore_latest(self, abstract_arrays: dict[str, Any]) -> Restored | None:
-        """The newest readable checkpoint (None when there is none), restored onto the shardings
-        in `abstract_arrays` (see `abstract_like`). Registered modules get their JSON back."""
+    def restore_latest(self, abstract_arrays: dict[str, Any], step: int | None = None) -> Restored | None:
+        """The newest readable checkpoint (None when there is none; only `step`'s when given), restored onto
+        the shardings in `abstract_arrays` (see `abstract_like`). Registered modules get their JSON back."""
         self.wait()
-        for step in reversed(self.steps()):
+        candidates = reversed(self.steps()) if step is None else [s for s in self.steps() if s == step]
+        for candidate in candidates:
             try:
-                restored = self._manager.restore(step, args=ocp.args.Composite(**{
+                restored = self._manager.restore(candidate, args=ocp.args.Composite(**{
                     ARRAYS: ocp.args.StandardRestore(abstract_arrays), JSON: ocp.args.JsonRestore()}))
             except Exception as error:  # noqa: BLE001 - any unreadable step falls back to an older one
                 log.warning("checkpoint step %d in %s is unreadable (%s: %s); trying an older one",
-                            step, self.directory, type(error).__name__, str(error)[:200])
+                            candidate, self.directory, type(error).__name__, str(error)[:200])
                 continue
             json_state = dict(restored[JSON])
             for name, module in self._modules.items():
                 if name in json_state:
                     module.load_state_dict(json_state[name])
-            return Restored(step=step, arrays=restored[ARRAYS], json=json_state)
+            return Restored(step=candidate, arrays=restored[ARRAYS], json=json_state)
         return None
 
     def close(self) -> None:

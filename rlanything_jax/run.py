@@ -39,6 +39,7 @@ from rlanything_jax.metrics import MetricsWriter, NullMetricsWriter, format_step
 from rlanything_jax.probe import build_judge_probe, probe_accuracy
 from rlanything_jax.rl.phase import Learner
 from rlanything_jax.sampling.sampler import Sampler
+from rlanything_jax.trackers import tracker_names
 
 CURVES = ("rollout/success_rate", "eval/success_rate", "reward_model/step_accuracy",
           "reward_model/probe_step_accuracy", "reward_model/outcome_accuracy", "reward_model/unit_test_accuracy",
@@ -279,7 +280,8 @@ def run_rl(cfg: RunConfig, log: Callable[[str], None] = print) -> dict:
         (workdir / "config.json").write_text(json.dumps(dataclasses.asdict(cfg), indent=2, default=str) + "\n")
     system = build_system(cfg, workdir, log)
     checkpointer = SystemCheckpointer(workdir / CHECKPOINTS, max_to_keep=2)
-    writer = MetricsWriter(workdir) if primary else NullMetricsWriter()
+    writer = (MetricsWriter(workdir, tracker_names(cfg.loop.trackers), dataclasses.asdict(cfg)) if primary
+              else NullMetricsWriter())
     try:
         state = restore_or_start(system, checkpointer, writer, log)
         run_loop(system, state, checkpointer, writer, log)
@@ -287,6 +289,12 @@ def run_rl(cfg: RunConfig, log: Callable[[str], None] = print) -> dict:
         checkpointer.close()
         writer.close()
         system.runner.close()
+    if cfg.loop.export_at_end:
+        from rlanything_jax import export  # every process: the weights are gathered from all of them
+
+        for role in assemble.ROLES:
+            written = export.export(workdir, role, workdir / "export" / role)
+            log(f"exported the {role} of step {written['step']} to {written['out']}")
     if not primary:
         return {"process_index": jax.process_index(), "outputs": "written by process 0", "workdir": str(workdir)}
     return finish(cfg, workdir, time.perf_counter() - started, checkpointer.blocking_save_s)
