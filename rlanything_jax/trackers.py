@@ -87,6 +87,7 @@ _MLFLOW_KEY = re.compile(r"[^\w\-. /]")
 class MlflowTracker:
     def __init__(self, workdir: Path, config: Mapping[str, Any], name: str):
         try:
+            from mlflow.entities import Param
             from mlflow.tracking import MlflowClient
         except ImportError:
             raise ImportError(f"loop.trackers names mlflow, which is not installed: {_EXTRA}") from None
@@ -101,8 +102,9 @@ class MlflowTracker:
             found = self._client.get_experiment_by_name(experiment)
             experiment_id = found.experiment_id if found else self._client.create_experiment(experiment)
             run = self._client.create_run(experiment_id, run_name=name)
-            for key, value in _flat(config).items():
-                self._client.log_param(run.info.run_id, key[:250], str(value)[:6000])
+            params = [Param(key[:250], str(value)[:6000]) for key, value in _flat(config).items()]
+            for start in range(0, len(params), 100):   # MLflow's batch limit for parameters
+                self._client.log_batch(run.info.run_id, params=params[start:start + 100])
             return run.info.run_id
 
         self.run_id = _run_id(workdir, "mlflow_run_id", new_run)
