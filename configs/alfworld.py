@@ -4,6 +4,11 @@ Variants: `paper` (the reference's constants, Qwen2.5-7B-Instruct policy), `cpu`
 run on the packaged SmolLM2), `tpu_v5e_64` (paper constants on a v5e-64 pod), `scratch` (the
 embedded CPU run: small models built from scratch, warm-started on expert games, easy
 pick-and-place games, procedural task rewrites), `smoke` (2 tiny steps in about a minute).
+
+Games are generated (offline) unless `--config.tasks.data_dir=$ALFWORLD_DATA/json_2.1.1` names the official
+ones (`alfworld-download`, which needs the internet): the pool and warm start then come from train/, the
+held-out evaluation from valid_seen/ (split "eval_in_distribution"; env.num_eval_tasks of its 140 games)
+and the split "eval_out_of_distribution" from valid_unseen/.
 """
 
 from configs import common

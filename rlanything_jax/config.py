@@ -28,6 +28,7 @@ from rlanything_jax.models.scratch import ScratchArchitecture
 from rlanything_jax.placement import PLACEMENTS
 from rlanything_jax.rl.train_config import TrainConfig
 from rlanything_jax.scenarios import scenario_names, scenario_options
+from rlanything_jax.trackers import tracker_names
 from rlanything_jax.validation import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -112,9 +113,20 @@ class LoopConfig:
     save_every: int = 30
     eval_every: int = 5
     traces_per_step: int = 2   # episodes written to <workdir>/traces/step_NNNN/ each step (rlanything_jax.traces)
+    # At the end, the last checkpoint's policy and reward model as Hugging Face directories in
+    # <workdir>/export/{policy,reward} (what `python -m rlanything_jax.export` writes).
+    export_at_end: bool = False
+    # Where the step metrics go besides metrics.jsonl: comma-separated of tensorboard, wandb, mlflow
+    # (W&B and MLflow: `pip install 'rlanything_jax[trackers]'`; rlanything_jax/trackers.py), "" for none.
+    trackers: str = "tensorboard"
 
     def __post_init__(self):
         validation.non_negative_int("total_steps", self.total_steps)
+        validation.boolean("export_at_end", self.export_at_end)
+        try:
+            tracker_names(self.trackers)
+        except ValueError as error:
+            raise ConfigError("trackers", str(error), self.trackers) from None
         validation.positive_int("save_every", self.save_every)
         validation.positive_int("eval_every", self.eval_every)
         validation.non_negative_int("traces_per_step", self.traces_per_step)
@@ -265,9 +277,13 @@ class EvalConfig:
     # Held-out tasks whose expert-labelled steps the reward model judges after the warm start and every
     # step (reward_model/probe_step_accuracy; scenarios with an expert; 0 = off).
     judge_probe_tasks: int = 0
+    # Unit tests the reward model writes per held-out task, run against the held-out programs and the task's
+    # own solution (eval/reward_model/unit_test_*; scenarios whose reward model writes unit tests; 0 = off).
+    unit_tests: int = 0
 
     def __post_init__(self):
         validation.positive_int("group_size", self.group_size)
+        validation.non_negative_int("unit_tests", self.unit_tests)
         validation.check("temperature", validation.is_number(self.temperature) and self.temperature >= 0,
                          "must be >= 0 (0 = greedy)", self.temperature)
         validation.positive_int("max_turns", self.max_turns)

@@ -24,15 +24,17 @@ def _scalar(value: Any) -> float | None:
 
 
 class MetricsWriter:
-    def __init__(self, workdir: str | Path, tensorboard: bool = True):
+    """metrics.jsonl, and the same scalars to each of `trackers` (`trackers.TRACKERS`: TensorBoard, W&B,
+    MLflow), which get the run's `config` once."""
+
+    def __init__(self, workdir: str | Path, trackers: tuple[str, ...] = ("tensorboard",),
+                 config: Mapping[str, Any] | None = None):
+        from rlanything_jax.trackers import make_trackers
+
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.path = self.workdir / METRICS_FILE
-        self._tb = None
-        if tensorboard:
-            from tensorboardX import SummaryWriter  # deferred: optional at import time
-
-            self._tb = SummaryWriter(str(self.workdir / "tensorboard"))
+        self._trackers = make_trackers(tuple(trackers), self.workdir, config)
 
     def resume(self, last_step: int | None) -> None:
         """Keeps only lines of steps <= last_step (everything when None means a fresh run)."""
@@ -48,15 +50,13 @@ class MetricsWriter:
             line[key] = number if number is not None else value
         with self.path.open("a") as f:
             f.write(json.dumps(line, default=str) + "\n")
-        if self._tb is not None:
-            for key, value in line.items():
-                if key != "step" and isinstance(value, float):
-                    self._tb.add_scalar(key, value, step)
-            self._tb.flush()
+        scalars = {key: value for key, value in line.items() if key != "step" and isinstance(value, float)}
+        for tracker in self._trackers:
+            tracker.log(int(step), scalars)
 
     def close(self) -> None:
-        if self._tb is not None:
-            self._tb.close()
+        for tracker in self._trackers:
+            tracker.close()
 
 
 class NullMetricsWriter:

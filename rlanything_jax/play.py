@@ -54,7 +54,7 @@ def play_expert(scenario: Scenario, task: Task, max_steps: int) -> dict:
 
 
 def play_model(scenario: Scenario, task: Task, model: str, max_steps: int, max_new_tokens: int, temperature: float,
-               seed: int) -> dict:
+               seed: int, max_context_tokens: int = 16384) -> dict:
     from rlanything_jax.agents.rollout import RolloutConfig, RolloutEngine
     from rlanything_jax.evaluation import play_split
     from rlanything_jax.models import load_pretrained
@@ -64,9 +64,9 @@ def play_model(scenario: Scenario, task: Task, model: str, max_steps: int, max_n
 
     model_dir = resolve_model_dir(model)
     sampler = Sampler(load_pretrained(model_dir), Tokenizer.from_dir(model_dir),
-                      config=SamplerConfig(max_cache_length=16384))
-    config = RolloutConfig(group_size=1, max_steps=max_steps, max_new_tokens=max_new_tokens,
-                           max_context_tokens=16384, temperature=temperature, seed=seed)
+                      config=SamplerConfig(max_cache_length=max_context_tokens))
+    config = RolloutConfig(group_size=1, max_turns=max_steps, max_new_tokens=max_new_tokens,
+                           max_context_tokens=max_context_tokens, temperature=temperature, seed=seed)
     runner = InProcessRunner()
     try:
         [episode] = play_split(RolloutEngine(sampler, runner, scenario.prompts), [task], config)   # as `evaluate`
@@ -112,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-steps", type=int, default=50)
     parser.add_argument("--max-new-tokens", type=int, default=256)
     parser.add_argument("--temperature", type=float, default=0.0)
+    parser.add_argument("--max-context-tokens", type=int, default=16384, help="the model's prompt and answers")
     parser.add_argument("--out-dir", default=None, help="where generated tasks go (default: a temp dir)")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -126,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
             summary = play_expert(scenario, task, args.max_steps)
         else:
             summary = play_model(scenario, task, args.model, args.max_steps, args.max_new_tokens, args.temperature,
-                                 args.seed)
+                                 args.seed, args.max_context_tokens)
     except (ConfigError, ValueError, KeyError, FileNotFoundError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

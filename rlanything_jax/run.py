@@ -39,6 +39,7 @@ from rlanything_jax.metrics import MetricsWriter, NullMetricsWriter, format_step
 from rlanything_jax.probe import build_judge_probe, probe_accuracy
 from rlanything_jax.rl.phase import Learner
 from rlanything_jax.sampling.sampler import Sampler
+from rlanything_jax.trackers import tracker_names
 
 CURVES = ("rollout/success_rate", "eval/success_rate", "reward_model/step_accuracy",
           "reward_model/probe_step_accuracy", "reward_model/outcome_accuracy", "reward_model/unit_test_accuracy",
@@ -199,7 +200,15 @@ def evaluate_split(system: System, tasks: list, log: Callable[[str], None] | Non
 def _evaluate(system: System) -> dict[str, float]:
     if not system.tasks.eval:
         return {}
-    return evaluation.loop_metrics(evaluate_split(system, system.tasks.eval)[1])
+    cfg = system.cfg
+    episodes, report = evaluate_split(system, system.tasks.eval)
+    metrics = evaluation.loop_metrics(report)
+    if cfg.eval.unit_tests and system.services.test_writer is not None:
+        # The reward model's unit tests on the held-out tasks, as the reference's coding evaluation measures them.
+        config = dataclasses.replace(system.settings.judge, num_judgments=cfg.eval.unit_tests, seed=cfg.seed)
+        _, figures = evaluation.reward_model_report(episodes, system.services.test_writer, config, None)
+        metrics.update({f"eval/{key}": value for key, value in figures.items()})
+    return metrics
 
 
 def _warm_start(system: System, state: SystemState, log: Callable[[str], None]) -> SystemState:
@@ -291,7 +300,8 @@ def run_rl(cfg: RunConfig, log: Callable[[str], None] = print) -> dict:
         (workdir / "config.json").write_text(json.dumps(dataclasses.asdict(cfg), indent=2, default=str) + "\n")
     system = build_system(cfg, workdir, log)
     checkpointer = SystemCheckpointer(workdir / CHECKPOINTS, max_to_keep=2)
-    writer = MetricsWriter(workdir) if primary else NullMetricsWriter()
+    writer = (MetricsWriter(workdir, tracker_names(cfg.loop.trackers), dataclasses.asdict(cfg)) if primary
+              else NullMetricsWriter())
     try:
         state = restore_or_start(system, checkpointer, writer, log)
         run_loop(system, state, checkpointer, writer, log)
@@ -299,6 +309,12 @@ def run_rl(cfg: RunConfig, log: Callable[[str], None] = print) -> dict:
         checkpointer.close()
         writer.close()
         system.runner.close()
+    if cfg.loop.export_at_end:
+        from rlanything_jax import export  # every process: the weights are gathered from all of them
+
+        for role in assemble.ROLES:
+            written = export.export(workdir, role, workdir / "export" / role)
+            log(f"exported the {role} of step {written['step']} to {written['out']}")
     if not primary:
         return {"process_index": jax.process_index(), "outputs": "written by process 0", "workdir": str(workdir)}
     return finish(cfg, workdir, time.perf_counter() - started, checkpointer.blocking_save_s)

@@ -39,7 +39,7 @@ def test_resume_drops_steps_after_the_checkpoint(tmp_path):
 def write_alfworld_like_run(workdir, steps: int = 20, eval_every: int = 5) -> list[dict]:
     """metrics.jsonl shaped like an ALFWorld run's (no unit tests there), with its noise."""
     rng = np.random.default_rng(10086)
-    writer = MetricsWriter(workdir, tensorboard=False)
+    writer = MetricsWriter(workdir, trackers=())
     writer.write(0, {"eval/success_rate": 0.51, "reward_model/probe_step_accuracy": 0.767, "eval/episodes": 96})
     accepted = 0
     for step in range(1, steps + 1):

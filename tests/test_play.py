@@ -39,3 +39,20 @@ def test_unknown_scenario_is_a_clear_error(tmp_path):
     result = _play("--scenario", "chess", "--expert", tmp_path=tmp_path)
     assert result.returncode == 2 and "unknown scenario" in result.stderr and "alfworld" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scenario", ["alfworld", "textworld", "coding"])
+def test_model_plays_one_task_of_each_text_scenario(scenario, smollm2_dir, monkeypatch, capsys, tmp_path):
+    """`play --model package:...` as its --help shows it: the packaged model plays a few short turns."""
+    from rlanything_jax import play
+
+    monkeypatch.setenv("RLANYTHING_CACHE", str(smollm2_dir.parent))  # the session's conversion
+    status = play.main(["--scenario", scenario, "--seed", "5", "--model", "package:smollm2-135m-instruct",
+                        "--max-steps", "2", "--max-new-tokens", "12", "--max-context-tokens", "2048",
+                        "--out-dir", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert status == 0, out[-2000:]
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert 1 <= summary["steps"] <= 2 and summary["task_id"] and summary["won"] in (True, False)
+    assert "--- policy 1 (" in out and "--- action 1" in out

@@ -271,15 +271,38 @@ def test_a_run_killed_at_seeded_points_resumes_to_exactly_the_uninterrupted_run(
     for step in range(1, TOTAL_STEPS + 1):   # loop.traces_per_step episodes per step
         assert len(list((straight_dir / "traces" / f"step_{step:04d}").glob("*/trace.html"))) == 2, step
 
+def _check_exported_policy(workdir: Path) -> None:
+    """loop.export_at_end: the last checkpoint's policy, which transformers runs with our model's logits."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from rlanything_jax import export
+
+    for role in ("policy", "reward"):
+        assert (workdir / "export" / role / "config.json").is_file()
+        assert (workdir / "export" / role / "tokenizer_config.json").is_file()
+    step, models = export.restore_models(export.run_config_of(workdir), workdir)
+    assert step == finished_step(workdir)
+    ids = np.array([[5, 9, 12, 7, 30, 2]], np.int32)
+    mask = np.ones_like(ids)
+    ours = np.asarray(models["policy"][0](ids, mask))
+    reloaded = AutoModelForCausalLM.from_pretrained(workdir / "export" / "policy", torch_dtype=torch.float32,
+                                                    attn_implementation="eager")
+    with torch.no_grad():
+        theirs = reloaded(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask)).logits.numpy()
+    np.testing.assert_allclose(ours, theirs, atol=1e-4, rtol=0)
+
+
 @pytest.mark.slow
 def test_a_finished_run_says_so_and_changes_nothing_when_run_again(tmp_path):
     workdir = tmp_path / "smoke"
     command = [sys.executable, "-m", "rlanything_jax.main", "--config=configs/default.py:smoke",
-               f"--config.workdir={workdir}"]
+               f"--config.workdir={workdir}", "--config.loop.export_at_end=true"]
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     first = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert first.returncode == 0, first.stderr[-3000:]
     assert f"Outputs in {workdir}" in first.stderr   # the run ends by saying where its outputs are
+    _check_exported_policy(workdir)
     before = {p: p.stat().st_mtime_ns for p in workdir.rglob("*") if p.is_file()}
     summary = (workdir / "summary.json").read_text()
     again = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)

@@ -206,3 +206,36 @@ def test_sampled_tests_of_one_task_differ(reward_model, sum_two):
     config = JudgeConfig(num_judgments=4, max_new_tokens=8, temperature=1.0, top_p=1.0, seed=3)
     judged = write_unit_tests(reward_model, CodingPrompts(), {"t": [_episode(sum_two, 0, ADD)]}, config, Counter())
     assert len({tokens for tokens, _ in judged["t"].samples}) > 1
+
+
+class _PlayedPrograms:
+    """A policy whose held-out programs are given: the evaluation's input, not what is tested."""
+
+    def __init__(self, programs):
+        self.programs = programs
+
+    def play(self, tasks, config, metrics):
+        return [_episode(t, g, program) for t in tasks for g, program in enumerate(self.programs[t.task_id])]
+
+    def update_params(self, params):
+        pass
+
+
+def test_evaluation_measures_the_reward_models_unit_tests_on_held_out_tasks(reward_model, sum_two):
+    """eval/reward_model/unit_test_*: the reward model's tests of each held-out task, run against its
+    played programs and its reference solution, as the reference's coding evaluation measures them."""
+    from rlanything_jax import evaluation
+    from rlanything_jax.agents.rollout import RolloutConfig
+
+    reverse = next(t for t in coding.builtin_stdio_tasks() if t.task_id == "demo/reverse_string")
+    programs = {sum_two.task_id: [ADD, SUBTRACT], reverse.task_id: ["print(input()[::-1])"]}
+    config = JudgeConfig(num_judgments=3, max_new_tokens=8, temperature=0.0, batch_size=3)
+    prompts = CodingPrompts()
+    episodes, report = evaluation.held_out(_PlayedPrograms(programs), [sum_two, reverse], RolloutConfig(group_size=2))
+    _, figures = evaluation.reward_model_report(episodes, UnitTestWriter(reward_model, prompts), config, None)
+    groups = {t.task_id: [_episode(t, g, p) for g, p in enumerate(programs[t.task_id])] for t in (sum_two, reverse)}
+    expected = unit_test_metrics(write_unit_tests(reward_model, prompts, groups, config, Counter()))
+    assert set(expected) == {"reward_model/unit_test_accuracy", "reward_model/unit_test_detect",
+                             "reward_model/unit_test_valid"}
+    assert figures == expected
+    assert report["episodes"] == 3

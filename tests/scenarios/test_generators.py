@@ -349,9 +349,30 @@ def test_random_env_model_on_coding_counts_and_returns_none(env_model, sum_two, 
     assert model.propose(sum_two, sum_two, "easier", 0.0, episodes, step=1) is None
     assert sampler.batches == [3] and sampler.prefilled == [1]   # the rewrite prompt, prefilled once
     assert model.metrics["coding/problem/unparseable"] == 3 and model.metrics["env_model/coding/none"] == 1
-    function_task = Task("HumanEval/0", "coding", "x", {"format": "function"})
-    assert model.propose(function_task, function_task, "harder", 1.0, [], step=1) is None
-    assert model.metrics["env_model/unsupported/function"] == 1
+    humaneval = coding.humaneval_tasks()[0]   # a function problem is rewritten too
+    assert model.propose(humaneval, humaneval, "harder", 1.0, [], step=1) is None
+    assert sampler.batches == [3, 3] and model.metrics["env_model/coding/none"] == 2
+    assert not any(k.startswith("env_model/unsupported") for k in model.metrics)
+
+
+def test_humaneval_problems_are_rewritten_into_stdio_problems(env_model):
+    """A real HumanEval problem: the prompt shows its signature, docstring and asserts; an answer in the
+    generator's format becomes a stdio task anchored on it, which a correct program passes."""
+    humaneval = coding.humaneval_tasks()[53]   # add(x, y)
+    assert humaneval.payload["entry_point"] == "add"
+    model = ProblemRewriteGenerator(EnvironmentModel(env_model, seed=3), max_new_tokens=8, num_samples=2)
+    episodes = [JudgedEpisode(Episode(task=humaneval, group_index=0, steps=[_step(humaneval.goal, "x")]))]
+    proposal = model.proposal(humaneval, humaneval, "harder", 1.0, episodes, step=4)
+    ask = next(proposal)
+    user = ask.prompts[0][-1]["content"]
+    assert "def add(x: int, y: int)" in user and '"test_input": "0, 1"' in user and '"test_output": "1"' in user
+    with pytest.raises(StopIteration) as stop:
+        proposal.send(["no json", _problem_json("Read three integers on one line and print their sum.",
+                                                THREE_SUMS)])
+    task = stop.value.value
+    assert task.payload["format"] == "stdio" and task.task_id.startswith("HumanEval/53/gen-")
+    assert task.payload["proposed_by"] == "env_model" and task.payload["direction"] == "harder"
+    assert coding.task_verdicts(task, "print(sum(map(int, input().split())))") == [coding.PASSED] * 6
 
 
 def test_prompts_too_long_for_the_cache_are_dropped_and_counted(env_model, raw_alfworld, sum_two, tmp_path):

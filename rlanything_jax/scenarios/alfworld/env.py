@@ -19,7 +19,7 @@ import shutil
 from typing import Any
 
 from rlanything_jax.envs.base import Observation, StepResult, Task, register_env
-from rlanything_jax.scenarios.alfworld import gen
+from rlanything_jax.scenarios.alfworld import gen, official
 from rlanything_jax.scenarios.alfworld.engine import keep_argv, new_engine
 from rlanything_jax.scenarios.alfworld.expert import NoPlan, plan_commands
 from rlanything_jax.scenarios.alfworld.knobs import GameKnobs, easier_knobs, harder_knobs, knobs_difficulty  # noqa: F401
@@ -130,6 +130,8 @@ register_env(KIND, AlfworldEnv)
 def expert_actions(task: Task) -> list[str]:
     """The expert's full winning walkthrough for the task's game (no engine needed)."""
     p = task.payload
+    if p.get("official"):
+        return official.walkthrough(task)
     return plan_commands(_facts(task), p["task_type"], p["goal_object_type"], p["goal_receptacle_type"])
 
 

@@ -37,6 +37,8 @@ def procedural_maker(out_dir: str | Path, verify: bool = True) -> VariantMaker:
     """Builders of games with the raw game's knobs moved one notch (None at the knobs' limit)."""
 
     def maker(raw: Task, direction: str):
+        if "knobs" not in raw.payload:  # an official game: no knobs to move
+            return None
         knobs = alfworld.knobs_of(raw)
         moved = (alfworld.harder_knobs if direction == "harder" else alfworld.easier_knobs)(knobs)
         if moved == knobs:

@@ -11,6 +11,7 @@ harder or easier stdio problems anchored on the slot's root problem.
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 
 import numpy as np
@@ -37,10 +38,14 @@ WARM_START_SEED_OFFSET = 2_000_000  # so do the warm start's
 class CodingOptions:
     """The `tasks` section of a coding config."""
 
-    # "humaneval" (the 164 HumanEval problems), "stdio" (stdin/stdout problems: `stdio_file`, or the
+    # "humaneval" (the 164 HumanEval problems), "stdio" (stdin/stdout problems: `train_file`, or the
     # bundled 5-problem set when it is empty) or "easy" (generated stdin/stdout problems, `easy_problems`).
     source: str = "humaneval"
-    stdio_file: str = ""
+    # Training problems in the reference's stdio JSON/JSONL format (e.g. CodeContests): given, they are the
+    # pool whatever `source` says. Held-out problems in that format (e.g. LiveBench): given, they are the
+    # evaluation set; empty, the held-out problems are cut from the training ones.
+    train_file: str = ""
+    eval_file: str = ""
     max_tests: int = 0                # ground-truth tests per stdio problem (0: all; easy problems: 5)
     # "reference" (the reference's prompts, for instruct models) or "compact" (the problem under a one-line
     # instruction, for small models built from scratch; `scenario.CompactCodingPrompts`)
@@ -48,7 +53,11 @@ class CodingOptions:
 
     def __post_init__(self):
         validation.one_of("source", self.source, SOURCES)
-        validation.check("stdio_file", isinstance(self.stdio_file, str), "must be a path or ''", self.stdio_file)
+        for key in ("train_file", "eval_file"):
+            path = getattr(self, key)
+            validation.check(key, isinstance(path, str), "must be a path or ''", path)
+            validation.check(key, not path or os.path.isfile(os.path.expanduser(path)),
+                             "no such file (a JSON list or JSONL of the reference's stdio records)", path)
         validation.non_negative_int("max_tests", self.max_tests)
         validation.one_of("prompt_style", self.prompt_style, tuple(PROMPT_STYLES))
 
@@ -87,12 +96,14 @@ class CodingScenario:
         self.prompts = PROMPT_STYLES[options.prompt_style]()
         self.expert = ReferenceSolutionExpert()
 
+    def _file_tasks(self, path: str) -> list[Task]:
+        return coding_env.load_stdio_tasks(os.path.expanduser(path), self.options.max_tests or None)
+
     def _tasks(self) -> list[Task]:
+        if self.options.train_file:
+            return self._file_tasks(self.options.train_file)
         if self.options.source == "humaneval":
             return coding_env.humaneval_tasks()
-        max_tests = self.options.max_tests or None
-        if self.options.stdio_file:
-            return coding_env.load_stdio_tasks(self.options.stdio_file, max_tests)
         return coding_env.builtin_stdio_tasks()
 
     def _easy_tasks(self, seeds) -> list[Task]:
@@ -100,16 +111,20 @@ class CodingScenario:
 
     def build_tasks(self, counts: TaskCounts, out_dir: Path) -> TaskSets:
         del out_dir  # coding tasks are data, not generated files
-        if self.options.source == "easy":   # problems from disjoint seed ranges, as the text games' games
-            return TaskSets(train=self._easy_tasks(range(counts.train)),
+        if self.options.source == "easy" and not self.options.train_file:  # disjoint seed ranges, as games
+            sets = TaskSets(train=self._easy_tasks(range(counts.train)),
                             eval=self._easy_tasks(range(EVAL_SEED_OFFSET, EVAL_SEED_OFFSET + counts.eval)),
                             warm_start=self._easy_tasks(range(WARM_START_SEED_OFFSET,
                                                               WARM_START_SEED_OFFSET + counts.warm_start)))
-        tasks = self._tasks()
-        train, held_out = tasks[:counts.train], tasks[counts.train:counts.train + counts.eval]
-        # The warm start learns reference solutions of training problems (held-out ones stay unseen).
-        warm = [t for t in train if "reference_solution" in t.payload or t.payload["format"] == "function"]
-        return TaskSets(train=train, eval=held_out, warm_start=warm[:counts.warm_start])
+        else:
+            tasks = self._tasks()
+            train, held_out = tasks[:counts.train], tasks[counts.train:counts.train + counts.eval]
+            # The warm start learns reference solutions of training problems (held-out ones stay unseen).
+            warm = [t for t in train if "reference_solution" in t.payload or t.payload["format"] == "function"]
+            sets = TaskSets(train=train, eval=held_out, warm_start=warm[:counts.warm_start])
+        if self.options.eval_file:
+            return dataclasses.replace(sets, eval=self._file_tasks(self.options.eval_file)[:counts.eval])
+        return sets
 
     def play_task(self, seed: int, task_type: str | None, out_dir: Path) -> Task:
         source = task_type or self.options.source

@@ -1,5 +1,6 @@
 """The environment model's coding move (ALGORITHM.md 4.3): a harder or easier problem with its tests,
-anchored on the slot's root problem, from `num_samples` answers of one prompt."""
+anchored on the slot's root problem, from `num_samples` answers of one prompt. The root may be a stdio
+or a function (HumanEval) problem; the new problem is a stdio one."""
 
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ class ProblemRewriteGenerator(Proposes):
                  episodes: Sequence[JudgedEpisode], step: int) -> Proposal:
         del accuracy  # the prompt shows per-test pass rates instead
         check_direction(direction)
-        if not (problems.is_stdio_task(raw) and problems.is_stdio_task(active)):
+        if not all(problems.is_stdio_task(t) or problems.is_function_task(t) for t in (raw, active)):
             self._metrics[f"env_model/unsupported/{raw.payload.get('format')}"] += 1
             return None
         try:

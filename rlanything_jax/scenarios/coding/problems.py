@@ -9,6 +9,7 @@ rates are measured again by running the episodes' programs in the sandbox.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import logging
@@ -36,6 +37,51 @@ def is_stdio_task(task: Task) -> bool:
     return task.kind == "coding" and task.payload.get("format") == "stdio"
 
 
+def is_function_task(task: Task) -> bool:
+    return task.kind == "coding" and task.payload.get("format") == "function"
+
+
+def function_examples(test_code: str) -> TestCases:
+    """A HumanEval problem's tests as the prompt shows tests: each `assert candidate(ARGS) == EXPECTED` of its
+    `check` with literal arguments and result, as the pair ("ARGS", "EXPECTED") in Python source."""
+    try:
+        tree = ast.parse(test_code)
+    except SyntaxError:
+        return NO_TESTS
+    inputs, outputs = [], []
+    for node in ast.walk(tree):
+        test = node.test if isinstance(node, ast.Assert) else None
+        if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)
+                and isinstance(test.left, ast.Call) and isinstance(test.left.func, ast.Name)
+                and test.left.func.id == "candidate" and not test.left.keywords):
+            continue
+        if not all(_is_literal(node) for node in (*test.left.args, test.comparators[0])):
+            continue  # e.g. `candidate(x, y) == x + y` in a loop: no example to show
+        inputs.append(", ".join(ast.unparse(arg) for arg in test.left.args))
+        outputs.append(ast.unparse(test.comparators[0]))
+    return TestCases.of(inputs, outputs)
+
+
+def _is_literal(node: ast.AST) -> bool:
+    try:
+        ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return False
+    return True
+
+
+def task_tests(task: Task) -> TestCases:
+    """The ground-truth tests a prompt shows: a stdio problem's pairs, a function problem's asserts."""
+    if is_function_task(task):
+        return function_examples(task.payload["test"])
+    return TestCases.of(task.payload["test_input"], task.payload["test_output"])
+
+
+def task_question(task: Task) -> str:
+    """The problem statement: a stdio problem's question, a function problem's signature and docstring."""
+    return task.payload["prompt"] if is_function_task(task) else task.payload["question"]
+
+
 # ---------------------------------------------------------------- the policy's pass rates
 
 
@@ -55,7 +101,7 @@ def measured_pass_rates(task: Task, episodes: Sequence[Episode], max_workers: in
                         **execute_kwargs) -> tuple[float, ...]:
     """The policy's pass rate on each of the task's ground-truth tests, re-run in the sandbox."""
     programs = policy_programs(episodes, task.task_id)
-    tests = stdio_tests(task)
+    tests = stdio_tests(task) if is_stdio_task(task) else ()  # a function problem's asserts: no verdicts each
     if not programs or not tests:
         return ()
     time_limit_s = float(task.payload.get("test_time_limit", DEFAULT_TIME_LIMIT_S))
@@ -69,14 +115,15 @@ def measured_pass_rates(task: Task, episodes: Sequence[Episode], max_workers: in
 def problem_prompt(raw: Task, active: Task, direction: str, pass_rates: Sequence[float],
                    synthetic_tests: TestCases = NO_TESTS, num_tests: int = 4) -> list[Message]:
     """The curator prompt: root problem and tests as the anchor, the active problem, its tests' pass rates.
+    A function (HumanEval) problem shows its signature and docstring and its asserts; the new problem is
+    a stdio one either way (the reference's generator writes stdio problems).
 
     The reward model's synthetic tests are not kept by the loop yet, so callers pass none by default.
     """
-    root = TestCases.of(raw.payload["test_input"], raw.payload["test_output"])
-    inputs, outputs = active.payload["test_input"], active.payload["test_output"]
-    rates = tuple(pass_rates) if len(pass_rates) == len(inputs) else ()
-    current = TestCases.of(inputs, outputs, rates)
-    return task_generation_messages(direction, raw.payload["question"], root, active.payload["question"],
+    current = task_tests(active)
+    rates = tuple(pass_rates) if len(pass_rates) == len(current.inputs) else ()
+    current = TestCases.of(current.inputs, current.outputs, rates)
+    return task_generation_messages(direction, task_question(raw), task_tests(raw), task_question(active),
                                     current, synthetic_tests, num_tests=num_tests)
 
 
@@ -85,7 +132,7 @@ def problem_prompt(raw: Task, active: Task, direction: str, pass_rates: Sequence
 
 def _same_problem(task: Task, question: str, inputs: Sequence[str], outputs: Sequence[str]) -> bool:
     p = task.payload
-    return (p.get("question", "").strip() == question.strip() and list(p.get("test_input", ())) == list(inputs)
+    return (task_question(task).strip() == question.strip() and list(p.get("test_input", ())) == list(inputs)
             and list(p.get("test_output", ())) == list(outputs))
 
 
