@@ -31,7 +31,7 @@ from rlanything_jax.agents.unit_tests import UnitTestJudgments, unit_test_exampl
 from rlanything_jax.curriculum.adaptation import difficulty_direction
 from rlanything_jax.curriculum.generators import TaskGenerator, proposal_of, run_proposals
 from rlanything_jax.curriculum.task_pool import Candidate, TaskPool, propose, resolve_candidates, sample_step_tasks
-from rlanything_jax.envs.base import Task
+from rlanything_jax.envs.base import TASK_GROUP, Task
 from rlanything_jax.rl.data import Example
 from rlanything_jax.rl.train_state import TrainState
 from rlanything_jax.sampling.slots import occupancy
@@ -315,5 +315,16 @@ def evaluate(policy: Rollouts, tasks: Sequence[Task], rollout: RolloutConfig,
         episodes += policy.play(tasks[start:start + chunk], rollout, metrics)
     check_environment(episodes, "held-out evaluation")
     played = [e for e in episodes if e.env_error is None]
-    return {"eval/success_rate": float(np.mean([e.won for e in played])) if played else float("nan"),
-            "eval/episodes": len(played)}
+    out = {"eval/success_rate": float(np.mean([e.won for e in played])) if played else float("nan"),
+           "eval/episodes": len(played)}
+    return out | group_success(played)
+
+
+def group_success(episodes: Sequence[Episode]) -> dict[str, float]:
+    """Success per task group (`envs.base.TASK_GROUP`: a benchmark's domain), for tasks that name one."""
+    groups: dict[str, list[bool]] = {}
+    for episode in episodes:
+        group = episode.task.payload.get(TASK_GROUP)
+        if isinstance(group, str) and group:
+            groups.setdefault(group, []).append(episode.won)
+    return {f"eval/success_rate/{group}": float(np.mean(won)) for group, won in sorted(groups.items())}
