@@ -10,7 +10,7 @@ from pathlib import Path
 RENAME_ID = "e0df059f-28a6-4169-924f-b9623e7184cc"
 INFEASIBLE_ID = "4783cc41-c03c-4e1b-89b4-50658f642bd5"
 VLC_ID = "8ba5ae7a-5ae5-4eab-9fcc-5dd4fe3abf89"
-IMPRESS_ID = "0f84bef9-9790-432e-92b7-eece357603fb"
+CHROME_ID = "2ad9387a-65d8-4e33-ad5b-7580065a27ca"
 MISSING_ID = "00000000-0000-0000-0000-000000000000"
 
 RENAME = {
@@ -30,18 +30,15 @@ VLC = {"id": VLC_ID, "snapshot": "vlc", "instruction": "Turn off the VLC update 
        "config": [{"type": "launch", "parameters": {"command": "vlc"}}], "related_apps": ["vlc"],
        "evaluator": {"func": "check_qt_bgcone", "result": {"type": "vlc_config", "dest": "vlcrc"},
                      "expected": {"type": "rule", "rules": {"expected_qt_bgcone": 0}}}}
-IMPRESS = {"id": IMPRESS_ID, "snapshot": "libreoffice_impress", "instruction": "Make the title bold.",
-           "config": [{"type": "download", "parameters": {"files": [
-               {"url": "https://huggingface.co/datasets/xlangai/ubuntu_osworld_file_cache/resolve/main/x.pptx",
-                "path": "/home/user/Desktop/x.pptx"}]}},
-               {"type": "open", "parameters": {"path": "/home/user/Desktop/x.pptx"}}],
-           "related_apps": ["libreoffice_impress"],
-           "evaluator": {"func": "compare_pptx_files",
-                         "result": {"type": "vm_file", "path": "/home/user/Desktop/x.pptx", "dest": "x.pptx"},
-                         "expected": {"type": "cloud_file", "path": "https://huggingface.co/x_gold.pptx",
-                                      "dest": "x_gold.pptx"}}}
+CHROME = {"id": CHROME_ID, "snapshot": "chrome", "instruction": "Bookmark this page.",
+          "config": [{"type": "launch", "parameters": {"command": ["google-chrome", "--remote-debugging-port=1337"]}},
+                     {"type": "chrome_open_tabs", "parameters": {"urls_to_open": ["https://www.example.com"]}}],
+          "related_apps": ["chrome"],
+          "evaluator": {"func": "is_expected_bookmarks", "result": {"type": "bookmarks"},
+                        "expected": {"type": "rule", "rules": {"type": "bookmark_bar_websites_urls",
+                                                               "urls": ["https://www.example.com/"]}}}}
 
-TRAIN_LIST = {"os": [RENAME_ID, INFEASIBLE_ID], "vlc": [VLC_ID], "libreoffice_impress": [IMPRESS_ID]}
+TRAIN_LIST = {"os": [RENAME_ID, INFEASIBLE_ID], "vlc": [VLC_ID], "chrome": [CHROME_ID]}
 TEST_LIST = {"os": [RENAME_ID, MISSING_ID], "vlc": [VLC_ID]}
 
 
@@ -56,7 +53,7 @@ def variant_of(task: dict, instructions: dict[str, str]) -> dict:
 
 
 def write_official_layout(root: Path) -> Path:
-    for task, domain in ((RENAME, "os"), (INFEASIBLE, "os"), (VLC, "vlc"), (IMPRESS, "libreoffice_impress")):
+    for task, domain in ((RENAME, "os"), (INFEASIBLE, "os"), (VLC, "vlc"), (CHROME, "chrome")):
         for folder, data in (("examples", task),
                              ("new_examples", variant_of(task, {"evaluator1": task["instruction"] + " Please."}))):
             path = root / folder / domain / f"{task['id']}.json"

@@ -9,10 +9,18 @@ import pytest
 from rlanything_jax.agents.scenario import TaskCounts
 from rlanything_jax.envs.base import TASK_GROUP
 from rlanything_jax.scenarios import make_scenario, scenario_options
+from rlanything_jax.scenarios.osworld.field_evaluators import field_evaluators
 from rlanything_jax.scenarios.osworld.task_lists import load_listed_tasks, read_task_list
 from rlanything_jax.scenarios.osworld.tasks import TaskFormatError
 from rlanything_jax.validation import ConfigError
-from tests.scenarios.osworld.official_layout import INFEASIBLE_ID, MISSING_ID, RENAME, RENAME_ID, write_official_layout
+from tests.scenarios.osworld.official_layout import (
+    INFEASIBLE_ID,
+    MISSING_ID,
+    RENAME,
+    RENAME_ID,
+    VLC_ID,
+    write_official_layout,
+)
 
 
 @pytest.fixture()
@@ -26,8 +34,8 @@ def _sets(task_dir, tmp_path, counts=TaskCounts(train=2, eval=2, warm_start=0), 
 
 
 def test_the_reference_protocol_trains_on_variants_and_evaluates_on_the_same_ids_from_examples(task_dir, tmp_path):
-    sets = _sets(task_dir, tmp_path, task_list="train_nochrome.json")
-    # Runnable tasks only (vlc's and impress's getters are not, today); the os domain's two, in list order.
+    sets = _sets(task_dir, tmp_path, task_list="train_nochrome.json", domains="os,chrome")
+    # Runnable tasks only (no chrome_open_tabs step yet): the os domain's two, in list order.
     assert [t.task_id for t in sets.train] == [f"{RENAME_ID}:evaluator1", f"{INFEASIBLE_ID}:evaluator1"]
     assert sets.train[0].goal == RENAME["instruction"] + " Please."          # the variant's current_task
     assert [t.task_id for t in sets.eval] == [RENAME_ID, INFEASIBLE_ID]    # OSWorld's own files
@@ -42,7 +50,16 @@ def test_an_evaluation_list_of_its_own_domains_and_caps(task_dir, tmp_path):
     assert [t.task_id for t in sets.train] == [RENAME_ID] and [t.task_id for t in sets.warm_start] == [INFEASIBLE_ID]
     assert [t.task_id for t in sets.eval] == [RENAME_ID]   # test_all's os: the rename, and an id with no file
     with pytest.raises(ConfigError, match="env.num_train_tasks.*need 3 training tasks; the task set has 2"):
-        _sets(task_dir, tmp_path, TaskCounts(train=2, eval=1, warm_start=1), task_list="train_nochrome.json")
+        _sets(task_dir, tmp_path, TaskCounts(train=2, eval=1, warm_start=1), task_list="train_nochrome.json",
+              domains="os,chrome")
+
+
+def test_domains_are_interleaved_and_vlc_runs_where_osworlds_getters_are_installed(task_dir, tmp_path):
+    vlc = [f"{VLC_ID}:evaluator1"] if field_evaluators() is not None else []   # vlc_config: OSWorld's getter
+    sets = _sets(task_dir, tmp_path, TaskCounts(train=2 + len(vlc), eval=0, warm_start=0),
+                 task_list="train_nochrome.json", eval_task_list="test_all.json")
+    assert [t.task_id for t in sets.train] == [f"{RENAME_ID}:evaluator1", *vlc, f"{INFEASIBLE_ID}:evaluator1"]
+    assert [t.payload[TASK_GROUP] for t in sets.train] == ["os", *["vlc"] * len(vlc), "os"]
 
 
 def test_listed_tasks_report_missing_files_and_lists_are_read_defensively(task_dir, tmp_path):
@@ -54,8 +71,8 @@ def test_listed_tasks_report_missing_files_and_lists_are_read_defensively(task_d
         (tmp_path / "bad.json").write_text(bad)
         with pytest.raises(TaskFormatError, match="bad.json"):
             read_task_list(tmp_path / "bad.json")
-    with pytest.raises(TaskFormatError, match="no domain chrome; it has os, vlc, libreoffice_impress"):
-        load_listed_tasks(task_dir, "train_nochrome.json", domains=["chrome"])
+    with pytest.raises(TaskFormatError, match="no domain gimp; it has os, vlc, chrome"):
+        load_listed_tasks(task_dir, "train_nochrome.json", domains=["gimp"])
 
 
 def test_task_list_options_are_checked_at_start_up(task_dir):
