@@ -41,6 +41,13 @@ NEEDS_DESKTOPS = (
     "--config.model.reward.path=/path/to/Qwen3-VL-8B-Thinking --config.model.environment.path=/path/to/Qwen3-8B. "
     "To try the whole loop without either, run configs/osworld.py:cpu.")
 
+NEEDS_RESET = (
+    "OSWorld VMs keep one episode's state into the next, so each is reverted to its snapshot before every "
+    "episode: give the command that does it, run on this host with {endpoint}, {host} and {port} replaced, "
+    "e.g. --config.tasks.reset_command='virsh snapshot-revert osworld-{port} clean' (exit status 0: reverted; "
+    "the run then waits tasks.reset_wait_s). If something else reverts them, say so with "
+    "--config.tasks.reset_command=true.")
+
 
 @dataclasses.dataclass(frozen=True)
 class OsWorldOptions:
@@ -65,12 +72,18 @@ class OsWorldOptions:
     max_pixels: int = PAPER_MAX_PIXELS   # the agent's screenshot resize cap (smart_resize, factor 32)
     image_history: int = 3          # screenshots in the policy's prompt (max_image_history_length)
     runtime_root: str = desktop_env.DEFAULT_RUNTIME_ROOT
+    # VM servers are reverted before every episode (`providers`): a shell line run on this host, with {endpoint},
+    # {host} and {port} replaced (e.g. a hypervisor's snapshot revert); "true" if something else reverts them.
+    reset_command: str = ""
+    reset_wait_s: float = 60.0      # after a revert, for the VM to come up (the reference's wait)
+    evaluate_wait_s: float = 20.0   # before the evaluator runs on a VM (the reference's wait)
 
     def __post_init__(self):
         validation.one_of("provider", self.provider, PROVIDERS)
         for key in ("screen_width", "screen_height", "max_steps", "max_pixels", "image_history"):
             validation.positive_int(key, getattr(self, key))
-        validation.non_negative("settle_s", self.settle_s)
+        for key in ("settle_s", "reset_wait_s", "evaluate_wait_s"):
+            validation.non_negative(key, getattr(self, key))
         for text in self.endpoint_list:
             try:
                 VmEndpoint.parse(text)
@@ -105,7 +118,9 @@ class OsWorldOptions:
         endpoints = ",".join(self.endpoint_list) if self.provider == "remote" else ""
         return desktop_env.DesktopEnvSettings(screen_width=self.screen_width, screen_height=self.screen_height,
                                               max_steps=self.max_steps, settle_s=self.settle_s,
-                                              runtime_root=self.runtime_root, endpoints=endpoints)
+                                              runtime_root=self.runtime_root, endpoints=endpoints,
+                                              reset_command=self.reset_command, reset_wait_s=self.reset_wait_s,
+                                              evaluate_wait_s=self.evaluate_wait_s)
 
 
 class DesktopPrompts(DesktopAgentPrompts, DesktopJudgePrompts):
@@ -138,6 +153,8 @@ class OsWorldScenario:
         # Checked when the run starts (the defaults name no VMs, and configs are built from the defaults).
         if options.provider == "remote" and not options.endpoint_list:
             raise ConfigError("tasks.endpoints", NEEDS_DESKTOPS, show_value=False)
+        if options.provider == "remote" and not options.reset_command:
+            raise ConfigError("tasks.reset_command", NEEDS_RESET, show_value=False)
         self.options = options
         self.prompts = DesktopPrompts(options.max_pixels, options.image_history)
         self.expert = DesktopExpert()
