@@ -131,8 +131,17 @@ def getter_function(kind: str) -> Any:
 
     def run(context: SetupContext, config: dict[str, Any]) -> Any:
         context.cache_dir.mkdir(parents=True, exist_ok=True)
-        return getter(FieldEnv.over(context.client, str(context.cache_dir)), config)
+        return getter(FieldEnv.over(context.client, str(context.cache_dir)), _in_cache(config))
     return run
+
+
+def _in_cache(config: dict[str, Any]) -> dict[str, Any]:
+    """The getter's config with `dest` cut to file names: OSWorld's getters join it to the cache directory,
+    and a task (possibly a model's rewrite) must not make the host read or write elsewhere."""
+    dest = config.get("dest")
+    if isinstance(dest, list):
+        return {**config, "dest": [_safe_dest({"dest": d}) for d in dest]}
+    return {**config, "dest": _safe_dest(config)} if dest is not None else config
 
 
 # --- evaluation --------------------------------------------------------------------------------

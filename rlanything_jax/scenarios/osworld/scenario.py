@@ -72,6 +72,9 @@ class OsWorldOptions:
     max_pixels: int = PAPER_MAX_PIXELS   # the agent's screenshot resize cap (smart_resize, factor 32)
     image_history: int = 3          # screenshots in the policy's prompt (max_image_history_length)
     runtime_root: str = desktop_env.DEFAULT_RUNTIME_ROOT
+    # Files tasks read (download inputs, cloud_file gold files): <cache_root>/<task id>/..., filled by
+    # `python -m rlanything_jax.scenarios.osworld.cache`; episodes never download.
+    cache_root: str = "cache"
     # VM servers are reverted before every episode (`providers`): a shell line run on this host, with {endpoint},
     # {host} and {port} replaced (e.g. a hypervisor's snapshot revert); "true" if something else reverts them.
     reset_command: str = ""
@@ -119,6 +122,7 @@ class OsWorldOptions:
         return desktop_env.DesktopEnvSettings(screen_width=self.screen_width, screen_height=self.screen_height,
                                               max_steps=self.max_steps, settle_s=self.settle_s,
                                               runtime_root=self.runtime_root, endpoints=endpoints,
+                                              cache_root=self.cache_root,
                                               reset_command=self.reset_command, reset_wait_s=self.reset_wait_s,
                                               evaluate_wait_s=self.evaluate_wait_s)
 

@@ -1,0 +1,87 @@
+"""The cache command fills what tasks read (download steps' inputs under OSWorld's controller's names,
+cloud_file gold files under their `dest`, every evaluator variant's), from a local HTTP server standing in
+for the file host; `--check` reports what is missing without downloading; and a task then finds its gold
+file through OSWorld's cloud_file getter."""
+
+import functools
+import http.server
+import json
+import threading
+
+import pytest
+
+from rlanything_jax.scenarios.osworld import cache
+from rlanything_jax.scenarios.osworld.client import OsWorldClient
+from rlanything_jax.scenarios.osworld.evaluator import getter_function
+from rlanything_jax.scenarios.osworld.field_evaluators import field_evaluators
+from rlanything_jax.scenarios.osworld.setup_steps import SetupContext, cached_download_path
+from tests.scenarios.osworld.official_layout import variant_of
+
+
+@pytest.fixture()
+def file_host(tmp_path):
+    served = tmp_path / "served"
+    served.mkdir()
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(served))
+    handler.log_message = lambda *args: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield served, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def _layout(root, base):
+    task = {"id": "calc-1", "instruction": "Sum the column.",
+            "config": [{"type": "download", "parameters": {"files": [
+                {"url": f"{base}/in.xlsx", "path": "/home/user/in.xlsx"}]}}],
+            "evaluator": {"func": "compare_table",
+                          "result": {"type": "vm_file", "path": "/home/user/in.xlsx", "dest": "in.xlsx"},
+                          "expected": {"type": "cloud_file", "path": f"{base}/gold.xlsx", "dest": "gold.xlsx"}}}
+    variant = variant_of(task, {"evaluator1": "Sum it.", "evaluator2": "Average it."})
+    variant["evaluator_list"]["evaluator2"]["expected"] = {
+        "type": "cloud_file", "multi": True, "path": [f"{base}/avg.xlsx", f"{base}/gone.xlsx"],
+        "dest": ["avg.xlsx", "../escape.xlsx"], "gives": [0, 1]}
+    for folder, data in (("examples", task), ("new_examples", variant)):
+        (root / folder / "libreoffice_calc").mkdir(parents=True)
+        (root / folder / "libreoffice_calc" / "calc-1.json").write_text(json.dumps(data))
+    (root / "list.json").write_text(json.dumps({"libreoffice_calc": ["calc-1"]}))
+
+
+def test_the_cache_command_downloads_what_tasks_read_and_check_finds_what_is_missing(tmp_path, file_host, capsys):
+    served, base = file_host
+    for name in ("in.xlsx", "gold.xlsx", "avg.xlsx"):
+        (served / name).write_bytes(name.encode())
+    task_dir, out = tmp_path / "evaluation_examples", tmp_path / "cache"
+    _layout(task_dir, base)
+    arguments = [f"--task_dir={task_dir}", "--tasks=list.json", f"--out={out}"]
+    assert cache.main([*arguments, "--check"]) == 1
+    assert json.loads(capsys.readouterr().out.splitlines()[-1]) == {
+        "files": 4, "present_before": 0, "downloaded": 0, "missing": 4}
+    assert not out.exists()
+
+    assert cache.main(arguments) == 1            # gone.xlsx is not served
+    assert json.loads(capsys.readouterr().out.splitlines()[-1]) == {
+        "files": 4, "present_before": 0, "downloaded": 3, "missing": 1}
+    upload = cached_download_path(out / "calc-1", f"{base}/in.xlsx", "/home/user/in.xlsx")
+    assert upload.read_bytes() == b"in.xlsx"
+    assert (out / "calc-1" / "gold.xlsx").read_bytes() == b"gold.xlsx"
+    assert (out / "calc-1" / "avg.xlsx").read_bytes() == b"avg.xlsx"
+    assert not (tmp_path / "escape.xlsx").exists() and not list(out.rglob("*.partial"))
+    (served / "gone.xlsx").write_bytes(b"late")
+    assert cache.main(arguments) == 0
+    assert (out / "calc-1" / "escape.xlsx").read_bytes() == b"late"   # a dest is a file name in the task's folder
+    assert cache.main([*arguments, "--check"]) == 0
+
+
+def test_a_gold_file_in_the_cache_is_what_osworlds_cloud_file_getter_reads(tmp_path):
+    if field_evaluators() is None:
+        pytest.skip("OSWorld's evaluators are not installed")
+    context = SetupContext(OsWorldClient("127.0.0.1:9", retries=1), "calc-1", str(tmp_path / "cache"))
+    context.cache_dir.mkdir(parents=True)
+    (context.cache_dir / "escape.xlsx").write_bytes(b"gold")
+    (tmp_path / "escape.xlsx").write_bytes(b"outside")
+    spec = {"type": "cloud_file", "path": "https://example.invalid/escape.xlsx", "dest": "../escape.xlsx"}
+    # The cache command's file name, never the path the task wrote: the host reads only inside the cache.
+    assert getter_function("cloud_file")(context, spec) == str(context.cache_dir / "escape.xlsx")
