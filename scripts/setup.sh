@@ -37,7 +37,8 @@ DEBIAN_PACKAGES=(
 extras=""
 case "${1:-}" in
   "") ;;
-  --test) extras="[test,osworld]" ;;
+  --test) extras="[test,osworld]"
+          DEBIAN_PACKAGES+=(chromium) ;;   # OSWorld's Chrome steps and getters over DevTools (tests)
   --osworld) extras="[osworld]" ;;
   *) echo "usage: bash scripts/setup.sh [--test|--osworld]" >&2; exit 2 ;;
 esac

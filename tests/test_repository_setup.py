@@ -72,6 +72,9 @@ def test_setup_installs_missing_packages_including_bubblewrap(sandboxed_setup):
     assert calls.index("apt-get update -qq") < calls.index(install[0])
     assert "python -m pip install -q --disable-pip-version-check -e ." in calls
     assert not any("desktop-env" in c for c in calls)   # the AGPL-licensed extra only when asked for
+    assert "chromium" not in install[0].split()          # a browser for the tests only
+    code, calls = sandboxed_setup(["--test"], installed=False)
+    assert code == 0 and "chromium" in [c for c in calls if c.startswith("apt-get install")][0].split()
 
 
 def test_setup_rejects_an_unknown_argument(sandboxed_setup):
