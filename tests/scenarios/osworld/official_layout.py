@@ -32,7 +32,9 @@ VLC = {"id": VLC_ID, "snapshot": "vlc", "instruction": "Turn off the VLC update 
                      "expected": {"type": "rule", "rules": {"expected_qt_bgcone": 0}}}}
 CHROME = {"id": CHROME_ID, "snapshot": "chrome", "instruction": "Bookmark this page.",
           "config": [{"type": "launch", "parameters": {"command": ["google-chrome", "--remote-debugging-port=1337"]}},
-                     {"type": "chrome_open_tabs", "parameters": {"urls_to_open": ["https://www.example.com"]}}],
+                     {"type": "chrome_open_tabs", "parameters": {"urls_to_open": ["https://www.example.com"]}},
+                     {"type": "login", "parameters": {"settings_file": "settings/google/settings.json",
+                                                      "platform": "googledrive"}}],
           "related_apps": ["chrome"],
           "evaluator": {"func": "is_expected_bookmarks", "result": {"type": "bookmarks"},
                         "expected": {"type": "rule", "rules": {"type": "bookmark_bar_websites_urls",

@@ -26,7 +26,7 @@ def test_coverage_counts_supported_tasks_per_domain_and_names_what_blocks_the_re
     # os: the rename and an infeasible request (scored on FAIL alone: supported, not feasible).
     assert result["domains"]["os"] == {"tasks": 2, "supported": 2, "feasible": 1, "feasible_supported": 1}
     assert result["domains"]["chrome"] == {"tasks": 1, "supported": 0, "feasible": 1, "feasible_supported": 0}
-    assert result["blocking"]["config step 'chrome_open_tabs'"] == 1
+    assert result["blocking"]["config step 'login'"] == 1
 
 
 def test_a_malformed_list_stops_the_command_with_its_name(tmp_path, capsys):

@@ -35,7 +35,7 @@ def _sets(task_dir, tmp_path, counts=TaskCounts(train=2, eval=2, warm_start=0), 
 
 def test_the_reference_protocol_trains_on_variants_and_evaluates_on_the_same_ids_from_examples(task_dir, tmp_path):
     sets = _sets(task_dir, tmp_path, task_list="train_nochrome.json", domains="os,chrome")
-    # Runnable tasks only (no chrome_open_tabs step yet): the os domain's two, in list order.
+    # Runnable tasks only (chrome's signs in: no `login` step): the os domain's two, in list order.
     assert [t.task_id for t in sets.train] == [f"{RENAME_ID}:evaluator1", f"{INFEASIBLE_ID}:evaluator1"]
     assert sets.train[0].goal == RENAME["instruction"] + " Please."          # the variant's current_task
     assert [t.task_id for t in sets.eval] == [RENAME_ID, INFEASIBLE_ID]    # OSWorld's own files
