@@ -6,7 +6,9 @@ import json
 
 import pytest
 
+from rlanything_jax import assemble
 from rlanything_jax.agents.scenario import TaskCounts
+from rlanything_jax.config import load_config
 from rlanything_jax.envs.base import TASK_GROUP
 from rlanything_jax.scenarios import make_scenario, scenario_options
 from rlanything_jax.scenarios.osworld.field_evaluators import field_evaluators
@@ -90,3 +92,15 @@ def test_play_picks_a_listed_task_by_domain(task_dir, tmp_path):
     task = make_scenario("osworld", options).play_task(1, "os", tmp_path)
     assert task.task_id == f"{INFEASIBLE_ID}:evaluator1"
     assert json.loads(json.dumps(task.payload))[TASK_GROUP] == "os"
+
+
+def test_the_paper_config_with_a_task_list_trains_on_new_examples_and_evaluates_on_examples(task_dir, tmp_path):
+    cfg = load_config("configs/osworld.py:paper", [
+        f"tasks.task_dir={task_dir}", "tasks.task_list=train_nochrome.json", "tasks.endpoints=vm1:5000",
+        "tasks.reset_command=true", "env.num_train_tasks=2", "env.num_eval_tasks=2"])
+    assert (cfg.eval.temperature, cfg.eval.group_size, cfg.eval.max_turns) == (0.0, 3, 30)   # the reference's
+    sets = assemble.build_tasks(cfg, assemble.build_scenario(cfg), tmp_path)
+    runnable = [RENAME_ID, *([VLC_ID] if field_evaluators() is not None else []), INFEASIBLE_ID]
+    assert [t.task_id for t in sets.train] == [f"{i}:evaluator1" for i in runnable][:2]
+    assert [t.task_id for t in sets.split("eval_list")] == runnable
+    assert sets.train[0].payload["settings"]["reset_wait_s"] == 60.0
