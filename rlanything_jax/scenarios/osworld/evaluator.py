@@ -109,7 +109,25 @@ def get_cache_file(context: SetupContext, config: dict[str, Any]) -> str:
     return str(path)
 
 
-GETTERS = {"vm_file": get_vm_file, "vm_command_line": get_vm_command_line, "vm_command_error": get_vm_command_error,
+def get_cloud_file(context: SetupContext, config: dict[str, Any]) -> Any:
+    """OSWorld's cloud_file from the task's cache only (`python -m rlanything_jax.scenarios.osworld.cache` fills
+    it): OSWorld's getter downloads a missing file, and a task's URL (possibly a model's rewrite) must not make
+    the host fetch anything during an episode. A missing file raises FileNotFoundError (the metric scores 0)."""
+    multi = config.get("multi", False)
+    dests = config["dest"] if multi else [config["dest"]]
+    gives = set(config.get("gives", [0]))
+    given = []
+    for index, dest in enumerate(dests):
+        local = context.cache_dir / _safe_dest({"dest": dest})
+        if index in gives:
+            if not local.is_file():
+                raise FileNotFoundError(f"{local}: not in the task cache (fill it with the cache command)")
+            given.append(str(local))
+    return given[0] if len(given) == 1 else given
+
+
+GETTERS = {"vm_file": get_vm_file, "cloud_file": get_cloud_file, "vm_command_line": get_vm_command_line,
+           "vm_command_error": get_vm_command_error,
            "vm_terminal_output": get_vm_terminal_output, "list_directory": get_list_directory,
            "vm_screen_size": get_vm_screen_size, "rule": get_rule, "cache_file": get_cache_file}
 

@@ -1,7 +1,7 @@
 """The cache command fills what tasks read (download steps' inputs under OSWorld's controller's names,
 cloud_file gold files under their `dest`, every evaluator variant's), from a local HTTP server standing in
-for the file host; `--check` reports what is missing without downloading; and a task then finds its gold
-file through OSWorld's cloud_file getter."""
+for the file host; `--check` reports what is missing without downloading; and an episode reads gold files
+from the cache only, never fetching a task's URL."""
 
 import functools
 import http.server
@@ -12,8 +12,7 @@ import pytest
 
 from rlanything_jax.scenarios.osworld import cache
 from rlanything_jax.scenarios.osworld.client import OsWorldClient
-from rlanything_jax.scenarios.osworld.evaluator import getter_function
-from rlanything_jax.scenarios.osworld.field_evaluators import field_evaluators
+from rlanything_jax.scenarios.osworld.evaluator import evaluate, getter_function
 from rlanything_jax.scenarios.osworld.setup_steps import SetupContext, cached_download_path
 from tests.scenarios.osworld.official_layout import variant_of
 
@@ -75,13 +74,21 @@ def test_the_cache_command_downloads_what_tasks_read_and_check_finds_what_is_mis
     assert cache.main([*arguments, "--check"]) == 0
 
 
-def test_a_gold_file_in_the_cache_is_what_osworlds_cloud_file_getter_reads(tmp_path):
-    if field_evaluators() is None:
-        pytest.skip("OSWorld's evaluators are not installed")
-    context = SetupContext(OsWorldClient("127.0.0.1:9", retries=1), "calc-1", str(tmp_path / "cache"))
+def test_cloud_file_reads_the_cache_only_and_an_episode_never_downloads(tmp_path, file_host):
+    served, base = file_host
+    (served / "gold.txt").write_bytes(b"gold")
+    context = SetupContext(OsWorldClient("127.0.0.1:9", retries=1), "task-1", str(tmp_path / "cache"))
     context.cache_dir.mkdir(parents=True)
-    (context.cache_dir / "escape.xlsx").write_bytes(b"gold")
-    (tmp_path / "escape.xlsx").write_bytes(b"outside")
-    spec = {"type": "cloud_file", "path": "https://example.invalid/escape.xlsx", "dest": "../escape.xlsx"}
-    # The cache command's file name, never the path the task wrote: the host reads only inside the cache.
-    assert getter_function("cloud_file")(context, spec) == str(context.cache_dir / "escape.xlsx")
+    spec = {"type": "cloud_file", "path": f"{base}/gold.txt", "dest": "../gold.txt"}
+    evaluator = {"func": "exact_match", "result": {"type": "cache_file", "path": "answer.txt"},
+                 "expected": spec}
+    (context.cache_dir / "answer.txt").write_text("x")
+    outcome = evaluate(evaluator, context, "DONE")
+    assert outcome.score == 0.0 and "not in the task cache" in outcome.detail
+    assert not (context.cache_dir / "gold.txt").exists() and not (tmp_path / "cache" / "gold.txt").exists()
+    (context.cache_dir / "gold.txt").write_bytes(b"gold")    # what the cache command writes for this dest
+    # A dest is a file name in the task's folder: the host never reads outside the cache.
+    assert getter_function("cloud_file")(context, spec) == str(context.cache_dir / "gold.txt")
+    multi = {"type": "cloud_file", "multi": True, "path": [f"{base}/a", f"{base}/gold.txt"], "dest": ["a", "gold.txt"],
+             "gives": [1]}
+    assert getter_function("cloud_file")(context, multi) == str(context.cache_dir / "gold.txt")

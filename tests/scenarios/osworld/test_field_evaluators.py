@@ -12,8 +12,8 @@ import pytest
 
 from rlanything_jax.scenarios.osworld import metrics as own_metrics
 from rlanything_jax.scenarios.osworld.client import OsWorldClient
-from rlanything_jax.scenarios.osworld.evaluator import evaluate
-from rlanything_jax.scenarios.osworld.field_evaluators import PACKAGE_HINT, UNAVAILABLE, field_evaluators
+from rlanything_jax.scenarios.osworld.evaluator import evaluate, getter_function
+from rlanything_jax.scenarios.osworld.field_evaluators import PACKAGE_HINT, UNAVAILABLE, FieldEnv, field_evaluators
 from rlanything_jax.scenarios.osworld.setup_steps import SetupContext
 
 
@@ -225,3 +225,18 @@ def test_every_metric_osworld_offers_but_the_ocr_one_is_available(field):
     assert set(UNAVAILABLE) == {"compare_image_text"} and "compare_image_text" not in field.metrics
     assert {"compare_table", "compare_pptx_files", "compare_docx_files", "check_json_settings"} <= set(field.metrics)
     assert {"cloud_file", "vlc_config", "gimp_config_file", "vscode_config"} <= set(field.getters)
+
+
+def test_osworlds_getters_read_a_real_desktop_through_the_adapter(field, desktop, tmp_path):
+    # vlc_config runs `python -c` on the desktop for the path, then fetches the file: the adapter's controller.
+    context = SetupContext(desktop.client, "vlc-task", str(tmp_path / "cache"))
+    evaluator = {"func": "check_qt_bgcone", "result": {"type": "vlc_config", "dest": "vlcrc"},
+                 "expected": {"type": "rule", "rules": {"expected_qt_bgcone": 0}}}
+    desktop.client.execute(["mkdir", "-p", "/home/user/.config/vlc"])
+    for text, truth in ((VLCRC, 1.0), (VLCRC.replace("qt-bgcone=0", "qt-bgcone=1"), 0.0)):
+        assert desktop.client.upload_file("/home/user/.config/vlc/vlcrc", text.encode())
+        assert evaluate(evaluator, context, "DONE").score == truth
+    listing = getter_function("list_directory")(context, {"path": "/home/user/.config"})
+    assert "vlc" in [child["name"] for child in listing["children"]]
+    size = field.getters["vm_screen_size"](FieldEnv.over(desktop.client, str(context.cache_dir)), {})
+    assert size == {"width": 1920, "height": 1080}
