@@ -21,12 +21,16 @@ from tests.scenarios.osworld.official_layout import variant_of
 def file_host(tmp_path):
     served = tmp_path / "served"
     served.mkdir()
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(served))
-    handler.log_message = lambda *args: None
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    requests = []
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            requests.append(self.path)
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Handler, directory=str(served)))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    yield served, f"http://127.0.0.1:{server.server_address[1]}"
+    yield served, f"http://127.0.0.1:{server.server_address[1]}", requests
     server.shutdown()
     server.server_close()
 
@@ -49,7 +53,7 @@ def _layout(root, base):
 
 
 def test_the_cache_command_downloads_what_tasks_read_and_check_finds_what_is_missing(tmp_path, file_host, capsys):
-    served, base = file_host
+    served, base, requests = file_host
     for name in ("in.xlsx", "gold.xlsx", "avg.xlsx"):
         (served / name).write_bytes(name.encode())
     task_dir, out = tmp_path / "evaluation_examples", tmp_path / "cache"
@@ -61,6 +65,7 @@ def test_the_cache_command_downloads_what_tasks_read_and_check_finds_what_is_mis
     assert not out.exists()
 
     assert cache.main(arguments) == 1            # gone.xlsx is not served
+    assert sorted(requests) == ["/avg.xlsx", "/gold.xlsx", "/gone.xlsx", "/in.xlsx"]
     assert json.loads(capsys.readouterr().out.splitlines()[-1]) == {
         "files": 4, "present_before": 0, "downloaded": 3, "missing": 1}
     upload = cached_download_path(out / "calc-1", f"{base}/in.xlsx", "/home/user/in.xlsx")
@@ -75,7 +80,7 @@ def test_the_cache_command_downloads_what_tasks_read_and_check_finds_what_is_mis
 
 
 def test_cloud_file_reads_the_cache_only_and_an_episode_never_downloads(tmp_path, file_host):
-    served, base = file_host
+    served, base, requests = file_host
     (served / "gold.txt").write_bytes(b"gold")
     context = SetupContext(OsWorldClient("127.0.0.1:9", retries=1), "task-1", str(tmp_path / "cache"))
     context.cache_dir.mkdir(parents=True)
@@ -84,7 +89,7 @@ def test_cloud_file_reads_the_cache_only_and_an_episode_never_downloads(tmp_path
                  "expected": spec}
     (context.cache_dir / "answer.txt").write_text("x")
     outcome = evaluate(evaluator, context, "DONE")
-    assert outcome.score == 0.0 and "not in the task cache" in outcome.detail
+    assert outcome.score == 0.0 and "not in the task cache" in outcome.detail and requests == []
     assert not (context.cache_dir / "gold.txt").exists() and not (tmp_path / "cache" / "gold.txt").exists()
     (context.cache_dir / "gold.txt").write_bytes(b"gold")    # what the cache command writes for this dest
     # A dest is a file name in the task's folder: the host never reads outside the cache.
