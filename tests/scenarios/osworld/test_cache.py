@@ -65,7 +65,7 @@ def test_the_cache_command_downloads_what_tasks_read_and_check_finds_what_is_mis
     assert not out.exists()
 
     assert cache.main(arguments) == 1            # gone.xlsx is not served
-    assert sorted(requests) == ["/avg.xlsx", "/gold.xlsx", "/gone.xlsx", "/in.xlsx"]
+    assert set(requests) == {"/avg.xlsx", "/gold.xlsx", "/gone.xlsx", "/in.xlsx"}   # a 404 is logged twice
     assert json.loads(capsys.readouterr().out.splitlines()[-1]) == {
         "files": 4, "present_before": 0, "downloaded": 3, "missing": 1}
     upload = cached_download_path(out / "calc-1", f"{base}/in.xlsx", "/home/user/in.xlsx")
