@@ -27,7 +27,7 @@ from rlanything_jax.scenarios.osworld.generators import EvaluatorRewriteGenerato
 from rlanything_jax.scenarios.osworld.judge_prompts import DesktopJudgePrompts
 from rlanything_jax.scenarios.osworld.task_families import FAMILIES
 from rlanything_jax.scenarios.osworld.task_lists import EXAMPLE_FOLDERS, interleave_domains, load_listed_tasks
-from rlanything_jax.scenarios.osworld.tasks import load_task_dir, task_from_json, unsupported_parts
+from rlanything_jax.scenarios.osworld.tasks import TaskFormatError, load_task_dir, task_from_json, unsupported_parts
 from rlanything_jax.validation import ConfigError
 
 NAME = "osworld"
@@ -174,7 +174,10 @@ class OsWorldScenario:
     def _listed(self, list_name: str, examples: str) -> list[Task]:
         """A task list's runnable tasks, domains interleaved (the first k span the domains)."""
         options = self.options
-        listed = load_listed_tasks(options.task_dir, list_name, examples, options.domain_list)
+        try:
+            listed = load_listed_tasks(options.task_dir, list_name, examples, options.domain_list)
+        except TaskFormatError as error:
+            raise ConfigError("tasks.task_list", str(error), list_name) from None
         runnable = [t for t in interleave_domains(listed.tasks) if not unsupported_parts(t.task)]
         return [self.make_task(json.loads(Path(t.task.source_path).read_text(encoding="utf-8")), group=t.domain)
                 for t in runnable]

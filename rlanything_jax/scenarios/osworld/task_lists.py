@@ -76,6 +76,9 @@ def load_listed_tasks(task_dir: str | Path, list_name: str, examples: str = "exa
     path = list_path(task_dir, list_name)
     listing = select_domains(read_task_list(path), domains, str(path))
     folder = Path(task_dir).expanduser() / examples
+    if not folder.is_dir():
+        raise TaskFormatError(f"{folder}: no such folder of task files (the examples folders are "
+                              f"{', '.join(EXAMPLE_FOLDERS)})")
     tasks, problems = [], {}
     for domain, ids in listing.items():
         for task_id in ids:

@@ -77,7 +77,13 @@ def test_listed_tasks_report_missing_files_and_lists_are_read_defensively(task_d
         load_listed_tasks(task_dir, "train_nochrome.json", domains=["gimp"])
 
 
-def test_task_list_options_are_checked_at_start_up(task_dir):
+def test_task_list_options_are_checked_at_start_up(task_dir, tmp_path):
+    with pytest.raises(ConfigError, match="tasks.task_list.*no domain gimp"):
+        _sets(task_dir, tmp_path, task_list="train_nochrome.json", domains="gimp")
+    (task_dir / "examples").rename(task_dir / "elsewhere")
+    with pytest.raises(ConfigError, match="tasks.task_list.*examples: no such folder"):
+        _sets(task_dir, tmp_path, task_list="train_nochrome.json")
+    (task_dir / "elsewhere").rename(task_dir / "examples")
     with pytest.raises(ConfigError, match="tasks.examples"):
         scenario_options("osworld", {"task_dir": str(task_dir), "task_list": "t.json", "examples": "mine"})
     with pytest.raises(ConfigError, match="tasks.task_list"):
