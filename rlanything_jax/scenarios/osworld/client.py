@@ -164,6 +164,22 @@ class OsWorldClient:
         tree = data.get("directory_tree") if isinstance(data, dict) else None
         return tree if isinstance(tree, dict) else None
 
+    def window_size(self, app_class_name: str) -> dict[str, Any] | None:
+        """`{width, height}` of the window whose WM_CLASS matches, or None."""
+        body = urllib.parse.urlencode({"app_class_name": app_class_name}).encode()
+        return self._json_or_none(self._request("POST", "/window_size", body=body,
+                                                content_type="application/x-www-form-urlencoded",
+                                                timeout_s=self.action_timeout_s))
+
+    def wallpaper(self) -> bytes | None:
+        response = self._request("POST", "/wallpaper", timeout_s=self.action_timeout_s)
+        return response.body if response.status == 200 else None
+
+    def desktop_path(self) -> str | None:
+        data = self._json_or_none(self._request("POST", "/desktop_path", timeout_s=self.action_timeout_s))
+        path = data.get("desktop_path") if isinstance(data, dict) else None
+        return path if isinstance(path, str) else None
+
     # -- transport
 
     def _request(self, method: str, path: str, *, json_body: Any = None, body: bytes | None = None,

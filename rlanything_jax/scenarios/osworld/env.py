@@ -28,6 +28,7 @@ from rlanything_jax.scenarios.osworld.client import OsWorldClient
 from rlanything_jax.scenarios.osworld.endpoint import EndpointClaim, split_endpoints
 from rlanything_jax.scenarios.osworld.evaluator import evaluate
 from rlanything_jax.scenarios.osworld.local_desktop import DEFAULT_RUNTIME_ROOT, DesktopOptions, LocalDesktop
+from rlanything_jax.scenarios.osworld.providers import CommandReset, DesktopResetFailed
 from rlanything_jax.scenarios.osworld.setup_steps import SetupContext, run_setup
 from rlanything_jax.scenarios.osworld.tasks import OsWorldTask, task_from_json
 
@@ -44,9 +45,14 @@ class DesktopEnvSettings:
     runtime_root: str = DEFAULT_RUNTIME_ROOT
     cache_root: str = "cache"           # the offline download cache, <cache_root>/<task_id>/...
     client_password: str = "password"
-    # OSWorld VM servers instead of local sessions (comma-separated; no revert on reset): each environment
-    # claims one of them for its lifetime (`endpoint.EndpointClaim`).
+    # OSWorld VM servers instead of local sessions (comma-separated): each environment claims one of them for
+    # its lifetime (`endpoint.EndpointClaim`) and reverts it before every episode with `reset_command`
+    # (`providers.CommandReset`), then waits `reset_wait_s`; before evaluating it waits `evaluate_wait_s`
+    # (the reference's 60 s and 20 s). Without a reset command no episode runs on a VM: none is played dirty.
     endpoints: str = ""
+    reset_command: str = ""
+    reset_wait_s: float = 60.0
+    evaluate_wait_s: float = 20.0
 
     @classmethod
     def from_payload(cls, values: dict[str, Any] | None) -> DesktopEnvSettings:
@@ -95,7 +101,12 @@ class OsWorldEnv:
             if self._claim is None or self._claim.pool != tuple(pool):
                 self.close()
                 self._claim = EndpointClaim(pool, f"{settings.runtime_root}/endpoint-claims")
-            return OsWorldClient(self._claim.endpoint)
+            endpoint = self._claim.endpoint
+            if not settings.reset_command:
+                raise DesktopResetFailed(f"{endpoint}: no tasks.reset_command to revert this VM before the "
+                                         "episode; a VM is never played dirty")
+            CommandReset(settings.reset_command, settings.reset_wait_s).reset(endpoint)
+            return OsWorldClient(endpoint)
         options = DesktopOptions(width=settings.screen_width, height=settings.screen_height,
                                  runtime_root=settings.runtime_root, sudo_password=settings.client_password)
         if self._desktop is not None and self._desktop.options == options:
@@ -130,6 +141,8 @@ class OsWorldEnv:
         info: dict[str, Any] = {"commands": len(commands), "action_errors": failures}
         if last_action in (DONE, FAIL) or self._steps >= self._settings.max_steps:
             self._done = True
+            if self._settings.endpoints:
+                time.sleep(self._settings.evaluate_wait_s)   # a VM's applications settle (the reference's wait)
             outcome = evaluate(self._task.evaluator, self._context, last_action)
             info.update(score=outcome.score, evaluation=outcome.detail, last_action=last_action)
             return StepResult(observation, True, outcome.success, info)

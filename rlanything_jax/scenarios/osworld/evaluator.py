@@ -9,6 +9,11 @@
   first 1, else the max;
 - a getter that raises FileNotFoundError scores 0.
 
+Metrics are OSWorld's own (`field_evaluators`, from the desktop-env package) where it is installed,
+else this project's (`metrics.py`); getters are this project's where it has one, else OSWorld's
+through an adapter over the client. `metric_function` and `getter_function` say which runs (None:
+none, and `tasks.unsupported_parts` names it).
+
 RLAnything counts score > 0 as success. A VM that stops answering raises `VmUnavailable` (an
 environment error), never a score. Anything else a getter or metric raises on the VM's
 (agent-controlled) state scores 0, with the reason in the outcome.
@@ -21,6 +26,7 @@ import os
 from typing import Any
 
 from rlanything_jax.scenarios.osworld.client import VmUnavailable
+from rlanything_jax.scenarios.osworld.field_evaluators import FieldEnv, field_evaluators
 from rlanything_jax.scenarios.osworld.metrics import METRICS
 from rlanything_jax.scenarios.osworld.setup_steps import SetupContext, run_setup
 
@@ -103,9 +109,57 @@ def get_cache_file(context: SetupContext, config: dict[str, Any]) -> str:
     return str(path)
 
 
-GETTERS = {"vm_file": get_vm_file, "vm_command_line": get_vm_command_line, "vm_command_error": get_vm_command_error,
+def get_cloud_file(context: SetupContext, config: dict[str, Any]) -> Any:
+    """OSWorld's cloud_file from the task's cache only (`python -m rlanything_jax.scenarios.osworld.cache` fills
+    it): OSWorld's getter downloads a missing file, and a task's URL (possibly a model's rewrite) must not make
+    the host fetch anything during an episode. A missing file raises FileNotFoundError (the metric scores 0)."""
+    multi = config.get("multi", False)
+    dests = config["dest"] if multi else [config["dest"]]
+    gives = set(config.get("gives", [0]))
+    given = []
+    for index, dest in enumerate(dests):
+        local = context.cache_dir / _safe_dest({"dest": dest})
+        if index in gives:
+            if not local.is_file():
+                raise FileNotFoundError(f"{local}: not in the task cache (fill it with the cache command)")
+            given.append(str(local))
+    return given[0] if len(given) == 1 else given
+
+
+GETTERS = {"vm_file": get_vm_file, "cloud_file": get_cloud_file, "vm_command_line": get_vm_command_line,
+           "vm_command_error": get_vm_command_error,
            "vm_terminal_output": get_vm_terminal_output, "list_directory": get_list_directory,
            "vm_screen_size": get_vm_screen_size, "rule": get_rule, "cache_file": get_cache_file}
+
+
+def metric_function(name: str) -> Any:
+    """OSWorld's metric `name` where desktop-env is installed, else ours; None when neither has it."""
+    field = field_evaluators()
+    return (field.metrics.get(name) if field else None) or METRICS.get(name)
+
+
+def getter_function(kind: str) -> Any:
+    """(context, config) -> value: our getter of `kind`, else OSWorld's over `FieldEnv`; None when neither."""
+    if kind in GETTERS:
+        return GETTERS[kind]
+    field = field_evaluators()
+    if field is None or kind not in field.getters:
+        return None
+    getter = field.getters[kind]
+
+    def run(context: SetupContext, config: dict[str, Any]) -> Any:
+        context.cache_dir.mkdir(parents=True, exist_ok=True)
+        return getter(FieldEnv.over(context.client, str(context.cache_dir)), _in_cache(config))
+    return run
+
+
+def _in_cache(config: dict[str, Any]) -> dict[str, Any]:
+    """The getter's config with `dest` cut to file names: OSWorld's getters join it to the cache directory,
+    and a task (possibly a model's rewrite) must not make the host read or write elsewhere."""
+    dest = config.get("dest")
+    if isinstance(dest, list):
+        return {**config, "dest": [_safe_dest({"dest": d}) for d in dest]}
+    return {**config, "dest": _safe_dest(config)} if dest is not None else config
 
 
 # --- evaluation --------------------------------------------------------------------------------
@@ -121,8 +175,8 @@ def _score_one(context: SetupContext, func: str, result_spec: Any, expected_spec
                options: dict[str, Any]) -> tuple[float, str]:
     """One metric's score; FileNotFoundError of a getter is 0 (the reference's rule)."""
     try:
-        result = GETTERS[result_spec["type"]](context, result_spec) if result_spec else None
-        expected = GETTERS[expected_spec["type"]](context, expected_spec) if expected_spec else None
+        result = getter_function(result_spec["type"])(context, result_spec) if result_spec else None
+        expected = getter_function(expected_spec["type"])(context, expected_spec) if expected_spec else None
     except FileNotFoundError as error:
         return 0.0, f"{func}: file not found ({error})"
     except VmUnavailable:
@@ -130,7 +184,7 @@ def _score_one(context: SetupContext, func: str, result_spec: Any, expected_spec
     except Exception as error:   # a malformed VM state or task value
         return 0.0, f"{func}: getter raised {type(error).__name__}: {error}"
     try:
-        metric = METRICS[func]
+        metric = metric_function(func)
         score = metric(result, expected, **options) if expected_spec else metric(result, **options)
         return float(score), f"{func}={float(score):g}"
     except VmUnavailable:

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from rlanything_jax.scenarios.osworld import devtools
 from rlanything_jax.scenarios.osworld.client import OsWorldClient
 
 log = logging.getLogger(__name__)
@@ -164,7 +165,23 @@ def _close_window(context: SetupContext, window_name: str, strict: bool = False,
         log.warning("setup could not close window %r", window_name)
 
 
+def _chrome_open_tabs(context: SetupContext, urls_to_open: list[str]) -> None:
+    try:
+        devtools.open_tabs(context.client.endpoint, [str(u) for u in urls_to_open])
+    except devtools.DevToolsError as error:
+        raise SetupError(f"chrome_open_tabs: {error}") from None
+
+
+def _chrome_close_tabs(context: SetupContext, urls_to_close: list[str]) -> None:
+    try:
+        devtools.close_tabs(context.client.endpoint, [str(u) for u in urls_to_close])
+    except devtools.DevToolsError as error:
+        raise SetupError(f"chrome_close_tabs: {error}") from None
+
+
 STEP_TYPES = {
+    "chrome_open_tabs": _chrome_open_tabs,     # over the VM's DevTools port (`devtools`)
+    "chrome_close_tabs": _chrome_close_tabs,
     "download": _download,
     "upload_file": _upload_file,
     "execute": _execute,
@@ -177,14 +194,24 @@ STEP_TYPES = {
 }
 
 
+# Step types OSWorld has and this project does not run, and why.
+NOT_SUPPORTED = {
+    "googledrive": "it signs in to a Google Drive account with OSWorld's own credentials file",
+    "login": "it signs in to a website account with credentials this project does not have",
+    "update_browse_history": "it rewrites Chrome's History database on the VM; not implemented",
+    "proxy": "OSWorld's proxy pool is not used",
+}
+
+
 def run_setup(steps: Sequence[dict[str, Any]], context: SetupContext) -> None:
     """Runs every step in order; SetupError (UnsupportedSetupStep) names the failing step."""
     for index, step in enumerate(steps):
         kind = step.get("type")
         function = STEP_TYPES.get(kind)
         if function is None:
+            why = NOT_SUPPORTED.get(kind, f"supported: {', '.join(sorted(STEP_TYPES))}")
             raise UnsupportedSetupStep(f"setup step {index + 1} of task {context.task_id}: type {kind!r} is not "
-                                       f"supported (supported: {', '.join(sorted(STEP_TYPES))})")
+                                       f"supported ({why})")
         try:
             function(context, **(step.get("parameters") or {}))
         except TypeError as error:   # parameters the step does not take

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from rlanything_jax.scenarios.osworld.evaluator import GETTERS, METRICS
+from rlanything_jax.scenarios.osworld.evaluator import getter_function, metric_function
 from rlanything_jax.scenarios.osworld.setup_steps import STEP_TYPES
 
 
@@ -125,14 +125,14 @@ def unsupported_parts(task: OsWorldTask) -> list[str]:
                 reasons.append(f"{where} step {step['type']!r}")
     funcs = task.evaluator["func"]
     for func in [funcs] if isinstance(funcs, str) else funcs:
-        if func != "infeasible" and func not in METRICS:
+        if func != "infeasible" and metric_function(func) is None:
             reasons.append(f"metric {func!r}")
     if funcs == "infeasible":
         return sorted(set(reasons))
     for key in ("result", "expected"):
         specs = task.evaluator.get(key)
         for spec in specs if isinstance(specs, list) else [specs]:
-            if isinstance(spec, dict) and spec and spec.get("type") not in GETTERS:
+            if isinstance(spec, dict) and spec and getter_function(str(spec.get("type"))) is None:
                 reasons.append(f"{key} getter {spec.get('type')!r}")
     return sorted(set(reasons))
 

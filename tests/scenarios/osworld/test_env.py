@@ -62,6 +62,25 @@ def test_an_episode_through_the_gui_is_won_and_doing_nothing_is_not(settings):
         env.close()
 
 
+def test_a_file_written_in_one_episode_is_gone_in_the_next(settings):
+    # No setup step cleans up: only the fresh session per episode can make the second episode lose the file.
+    check = {"id": "left-over", "instruction": "Leave a file named left-over in the home folder.", "config": [],
+             "evaluator": {"func": "exact_match",
+                           "result": {"type": "vm_command_line", "command": "test -f ~/left-over && echo there",
+                                      "shell": True},
+                           "expected": {"type": "rule", "rules": {"expected": "there\n"}}}}
+    task = make_env_task(task_from_json(check), settings)
+    env = OsWorldEnv()
+    try:
+        env.reset(task)
+        assert not env.step("open('/home/user/left-over', 'w').close()").done
+        assert env.step("DONE").won
+        env.reset(task)
+        assert not env.step("DONE").won
+    finally:
+        env.close()
+
+
 @pytest.mark.slow
 def test_infeasible_is_won_only_by_fail_and_max_steps_ends_the_episode(settings):
     infeasible = {"id": "no-python9", "instruction": "Install Python 9.", "evaluator": {"func": "infeasible"}}

@@ -62,8 +62,10 @@ def test_download_reads_only_the_offline_cache_and_upload_file_sends_local_files
 
 
 def test_an_unsupported_step_is_named(context):
-    with pytest.raises(UnsupportedSetupStep, match="'chrome_open_tabs' is not supported"):
-        run_setup([_step("chrome_open_tabs", urls_to_open=["https://example.invalid"])], context)
+    with pytest.raises(UnsupportedSetupStep, match="'googledrive' is not supported .it signs in to a Google Drive"):
+        run_setup([_step("googledrive", operation=["delete"])], context)
+    with pytest.raises(UnsupportedSetupStep, match="'act' is not supported .supported: activate_window, "):
+        run_setup([_step("act")], context)
     with pytest.raises(SetupError, match="unexpected keyword"):
         run_setup([_step("sleep", second=1)], context)
 

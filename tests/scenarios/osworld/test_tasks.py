@@ -60,11 +60,12 @@ def test_malformed_tasks_are_refused_with_the_place_named():
 def test_a_directory_loads_what_runs_and_says_why_it_skipped_the_rest(tmp_path):
     (tmp_path / "os").mkdir()
     (tmp_path / "os" / "good.json").write_text(json.dumps(TWO_VARIANTS))
-    chrome = dict(TWO_VARIANTS, id="chrome", config=[{"type": "chrome_open_tabs", "parameters": {"urls_to_open": []}}])
+    chrome = dict(TWO_VARIANTS, id="chrome", config=[{"type": "googledrive", "parameters": {"operation": []}}])
     (tmp_path / "os" / "chrome.json").write_text(json.dumps(chrome))
+    # compare_image_text needs easyocr, which neither OSWorld's package (as installed) nor this project runs.
     cloud = {"id": "cloud", "instruction": "x", "evaluator": {
-        "func": "compare_table", "result": {"type": "vm_file", "path": "a", "dest": "a"},
-        "expected": {"type": "cloud_file", "path": "https://example.invalid/gold.xlsx", "dest": "g"}}}
+        "func": "compare_image_text", "result": {"type": "vm_file", "path": "a", "dest": "a"},
+        "expected": {"type": "no_such_getter", "path": "https://example.invalid/gold.xlsx", "dest": "g"}}}
     (tmp_path / "os" / "cloud.json").write_text(json.dumps(cloud))
     infeasible = {"id": "no", "instruction": "Install Python 9.", "evaluator": {"func": "infeasible"}}
     (tmp_path / "infeasible.json").write_text(json.dumps(infeasible))
@@ -72,8 +73,8 @@ def test_a_directory_loads_what_runs_and_says_why_it_skipped_the_rest(tmp_path):
     loaded = load_task_dir(tmp_path)
     assert sorted(t.task_id for t in loaded.tasks) == ["no", "variant-task"]
     skipped = {path.rsplit("/", 1)[1]: why for path, why in loaded.skipped.items()}
-    assert skipped["chrome.json"] == "unsupported: config step 'chrome_open_tabs'"
-    assert skipped["cloud.json"] == "unsupported: expected getter 'cloud_file', metric 'compare_table'"
+    assert skipped["chrome.json"] == "unsupported: config step 'googledrive'"
+    assert skipped["cloud.json"] == "unsupported: expected getter 'no_such_getter', metric 'compare_image_text'"
     assert "cannot read a task" in skipped["broken.json"]
     assert load_task(tmp_path / "os" / "good.json", "evaluator2").variant == "evaluator2"
 
