@@ -38,7 +38,9 @@ from rlanything_jax.loop import LoopSettings, Services, SystemState, evaluate, r
 from rlanything_jax.metrics import MetricsWriter, NullMetricsWriter, format_step_line, plot_curves, read_metrics
 from rlanything_jax.probe import build_judge_probe, probe_accuracy
 from rlanything_jax.rl.phase import Learner
+from rlanything_jax.rl.train_state import TrainState, sampler_weights
 from rlanything_jax.sampling.sampler import Sampler
+from rlanything_jax.seeds import derive_seed
 
 CURVES = ("rollout/success_rate", "eval/success_rate", "reward_model/step_accuracy",
           "reward_model/probe_step_accuracy", "reward_model/outcome_accuracy", "reward_model/unit_test_accuracy",
@@ -67,11 +69,12 @@ class System:
     probe: Callable[[], dict[str, float]]
 
     def initial_state(self) -> SystemState:
-        def fresh(role):
-            return self.learners[role].fresh_state(self.samplers[role].params)
-
-        return SystemState(step=0, policy=fresh("policy"), reward=fresh("reward"),
-                           pool=TaskPool.from_tasks(self.tasks.train))
+        seeds = {role: derive_seed(self.cfg.seed, "lora", role) for role in ("policy", "reward")}
+        policy = self.learners["policy"].fresh_state(self.samplers["policy"].params, seed=seeds["policy"])
+        # A shared base (model.reward.share_base): the reward model's adapters on the policy's base arrays.
+        reward_base = policy.base if self.cfg.model.reward.share_base else self.samplers["reward"].params
+        reward = self.learners["reward"].fresh_state(reward_base, seed=seeds["reward"])
+        return SystemState(step=0, policy=policy, reward=reward, pool=TaskPool.from_tasks(self.tasks.train))
 
 
 def prepare_workdir(cfg: RunConfig) -> Path:
@@ -121,10 +124,13 @@ def build_system(cfg: RunConfig, workdir: Path, log: Callable[[str], None]) -> S
         return assemble.scratch_corpus(scenario, tasks.warm_start or tasks.train[:cfg.warm_start.num_tasks],
                                        expert_env)
 
-    samplers, learners = {}, {}
+    samplers, learners, loaded = {}, {}, {}
     for role in assemble.ROLES:
         directory = assemble.model_dir(cfg, role, workdir, corpus)
-        model, tokenizer = assemble.load_model(cfg, role, directory, meshes.learner)
+        if role == "reward" and cfg.model.reward.share_base:   # the policy's model, loaded once
+            model, tokenizer = loaded["policy"]
+        else:
+            model, tokenizer = loaded[role] = assemble.load_model(cfg, role, directory, meshes.learner)
         samplers[role] = assemble.sampler_for(cfg, role, model, tokenizer, meshes.sampler)
         learners[role] = assemble.learner_for(cfg, role, model, tokenizer, meshes.learner)
         log(f"{role} model: {directory}")
@@ -185,8 +191,8 @@ def _judge_probe(system: System) -> Callable[[], dict[str, float]]:
 
 
 def _sync_samplers(system: System, state: SystemState) -> None:
-    system.samplers["policy"].update_params(state.policy.params)
-    system.samplers["reward"].update_params(state.reward.params)
+    system.samplers["policy"].update_params(sampler_weights(state.policy))
+    system.samplers["reward"].update_params(sampler_weights(state.reward))
 
 
 def _evaluate(system: System) -> dict[str, float]:
@@ -213,9 +219,13 @@ def _warm_start(system: System, state: SystemState, log: Callable[[str], None]) 
     return dataclasses.replace(state, policy=policy, reward=reward)
 
 
+def _checkpointed(state: SystemState) -> dict[str, TrainState]:
+    """The train states as checkpointed: under LoRA, the adapters and their optimizer state, not the base."""
+    return {"policy": state.policy.replace(base=None), "reward": state.reward.replace(base=None)}
+
+
 def _save(checkpointer: SystemCheckpointer, state: SystemState) -> None:
-    checkpointer.save(state.step, {"policy": state.policy, "reward": state.reward},
-                      {"pool": pool_to_json(state.pool), "step": state.step})
+    checkpointer.save(state.step, _checkpointed(state), {"pool": pool_to_json(state.pool), "step": state.step})
 
 
 def restore_or_start(system: System, checkpointer: SystemCheckpointer, writer: MetricsWriter,
@@ -223,9 +233,10 @@ def restore_or_start(system: System, checkpointer: SystemCheckpointer, writer: M
     """The newest checkpoint's state, or a fresh one after the warm start and the step-0 evaluation
     (saved as step 0)."""
     state = system.initial_state()
-    restored = checkpointer.restore_latest(abstract_like({"policy": state.policy, "reward": state.reward}))
+    restored = checkpointer.restore_latest(abstract_like(_checkpointed(state)))
     if restored is not None:
-        state = SystemState(step=restored.step, policy=restored.arrays["policy"], reward=restored.arrays["reward"],
+        state = SystemState(step=restored.step, policy=restored.arrays["policy"].replace(base=state.policy.base),
+                            reward=restored.arrays["reward"].replace(base=state.reward.base),
                             pool=pool_from_json(restored.json["pool"]))
         _sync_samplers(system, state)
         writer.resume(state.step)
