@@ -332,9 +332,9 @@ class RunConfig:
         validation.one_of("ablation", self.ablation, ABLATIONS)
         if self.model.reward.share_base:
             policy, reward = self.model.policy, self.model.reward
+            same = dataclasses.replace(reward, share_base=False) == policy and not reward.path.startswith("scratch")
             validation.check("model.reward.share_base",
-                             dataclasses.replace(reward, share_base=False) == policy
-                             and not reward.path.startswith("scratch") and self.train.policy.lora.enabled and self.train.reward.lora.enabled,
+                             same and self.train.policy.lora.enabled and self.train.reward.lora.enabled,
                              "needs model.reward equal to model.policy (a pretrained path, not scratch) and "
                              "train.policy.lora.rank, train.reward.lora.rank > 0", True)
         if self.tasks is None:
