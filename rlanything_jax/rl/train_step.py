@@ -77,7 +77,8 @@ class TrainSpec:
 
 def token_logprobs(graphdef: nnx.GraphDef, params: nnx.State | tuple[nnx.State, ...], input_ids: jax.Array,
                    attention_mask: jax.Array, targets: jax.Array,
-                   prefixes: tuple[jax.Array, jax.Array, jax.Array] | None = None, images: TrainBatch | None = None, remat: str = "none") -> jax.Array:
+                   prefixes: tuple[jax.Array, jax.Array, jax.Array] | None = None,
+                   images: TrainBatch | None = None, remat: str = "none") -> jax.Array:
     """log p(targets[:, j] | tokens up to position L - W + j), float32 [N, W], for input_ids [N, L] and
     targets [N, W] with W <= L: the targets cover the last W positions (all of them when W = L).
     `remat` checkpoints each decoder layer under that policy (a model built on `models.Decoder`).
