@@ -22,7 +22,7 @@ from typing import Any
 
 import jax
 
-from rlanything_jax import assemble, multihost, traces, warm_start
+from rlanything_jax import assemble, multihost, progress, traces, warm_start
 from rlanything_jax.agents.judging import StepJudge
 from rlanything_jax.agents.rollout import RolloutEngine
 from rlanything_jax.agents.scenario import JUDGE_STEPS, WRITE_UNIT_TESTS, Scenario, TaskSets
@@ -283,6 +283,7 @@ def run_rl(cfg: RunConfig, log: Callable[[str], None] = print) -> dict:
             f"Outputs: {workdir}")
         return json.loads((workdir / "summary.json").read_text())
     started = time.perf_counter()
+    progress.set_sink(log)   # long phases' progress lines (rollouts, judging, training, adaptation) go to the log
     primary = multihost.is_primary()   # of several processes, only process 0 writes the run's files
     if primary:
         (workdir / "config.json").write_text(json.dumps(dataclasses.asdict(cfg), indent=2, default=str) + "\n")

@@ -31,6 +31,7 @@ from jax.sharding import Mesh
 from rlanything_jax import multihost
 from rlanything_jax import sharding as sharding_lib
 from rlanything_jax.models.lora import add_adapters, split_adapters
+from rlanything_jax.progress import Progress
 from rlanything_jax.rl.data import BatchIterator, DataConfig, Example
 from rlanything_jax.rl.train_config import TrainConfig
 from rlanything_jax.rl.train_state import (
@@ -181,6 +182,7 @@ def train_phase(learner: Learner, state: TrainState, examples: Sequence[Example]
         return state, {}
     updates, num_micro = update_plan(len(kept), cfg.updates_per_step, cfg.micro_batch_size)
     update_metrics = []
+    lines = Progress(f"{prefix} training", updates * cfg.ppo_epochs, "updates")
     # PPO epochs: each pass reshuffles the same examples; the clip keeps later passes near the sampler's policy.
     for epoch in range(cfg.ppo_epochs):
         batches = BatchIterator(kept, dataclasses.replace(data_cfg, batch_size=num_micro * cfg.micro_batch_size,
@@ -191,5 +193,6 @@ def train_phase(learner: Learner, state: TrainState, examples: Sequence[Example]
             state, step_metrics = step_fn(state, batch)
             update_metrics.append({name: float(np.asarray(value))
                                    for name, value in jax.device_get(step_metrics).items()})
+            lines.update(len(update_metrics))
     metrics[f"{prefix}/updates"] += len(update_metrics)
     return state, {f"{prefix}/{name}": value for name, value in _phase_metrics(update_metrics).items()}
