@@ -36,6 +36,7 @@ from rlanything_jax.envs.runner import EnvRunner
 from rlanything_jax.envs.shared_runner import ProcessShardedRunner
 from rlanything_jax.loop import LoopSettings, Services, SystemState, evaluate, rl_step
 from rlanything_jax.metrics import MetricsWriter, NullMetricsWriter, format_step_line, plot_curves, read_metrics
+from rlanything_jax.models import lora
 from rlanything_jax.probe import build_judge_probe, probe_accuracy
 from rlanything_jax.rl.phase import Learner
 from rlanything_jax.rl.train_state import TrainState, sampler_weights
@@ -274,6 +275,19 @@ def run_loop(system: System, state: SystemState, checkpointer: SystemCheckpointe
     return state
 
 
+def export_adapted_models(system: System, state: SystemState, log: Callable[[str], None]) -> None:
+    """Each LoRA-trained role's final model in `<workdir>/export/<role>`: merged (a Hugging Face checkpoint)
+    and its adapters in PEFT's format (`adapter/`)."""
+    for role, train_state in (("policy", state.policy), ("reward", state.reward)):
+        if train_state.base is None:
+            continue
+        out = system.workdir / "export" / role
+        lora.export_adapted(system.learners[role].graphdef, train_state.base, train_state.params,
+                            system.learners[role].train_config.lora, out,
+                            base_model=getattr(system.cfg.model, role).path)
+        log(f"{role}: merged model and PEFT adapters written to {out}")
+
+
 def run_rl(cfg: RunConfig, log: Callable[[str], None] = print) -> dict:
     """Runs (or resumes) the configured RL run; returns the summary written to summary.json."""
     workdir = prepare_workdir(cfg)
@@ -292,7 +306,8 @@ def run_rl(cfg: RunConfig, log: Callable[[str], None] = print) -> dict:
     writer = MetricsWriter(workdir) if primary else NullMetricsWriter()
     try:
         state = restore_or_start(system, checkpointer, writer, log)
-        run_loop(system, state, checkpointer, writer, log)
+        state = run_loop(system, state, checkpointer, writer, log)
+        export_adapted_models(system, state, log)
     finally:
         checkpointer.close()
         writer.close()

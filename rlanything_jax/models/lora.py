@@ -30,6 +30,7 @@ from safetensors.numpy import save_file
 from rlanything_jax import multihost
 from rlanything_jax import validation as v
 from rlanything_jax.models.decoder import Projection
+from rlanything_jax.models.hf_io import hf_key_for, save_pretrained
 from rlanything_jax.models.layer_stack import LAYERS_AXIS, per_layer_getters
 
 ATTENTION_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
@@ -143,6 +144,17 @@ def merge_adapters(base: nnx.State, adapters: nnx.State, scale: float) -> nnx.St
     return nnx.from_flat_state(flat)
 
 
+def export_adapted(base_graphdef: nnx.GraphDef, base: nnx.State, adapters: nnx.State, config: LoRAConfig,
+                   out_dir: str | Path, base_model: str = "", dtype: Any = None) -> Path:
+    """An adapted model's export: the merged model as a Hugging Face checkpoint in `out_dir` (transformers loads
+    it as it is) and the adapters in PEFT's format in `out_dir/adapter` (for `PeftModel.from_pretrained` on the
+    base model `base_model`)."""
+    out_dir = Path(out_dir)
+    save_pretrained(nnx.merge(base_graphdef, merge_adapters(base, adapters, config.scale)), out_dir, dtype)
+    save_peft_adapters(adapters, config, out_dir / "adapter", base_model=base_model)
+    return out_dir
+
+
 def peft_config(config: LoRAConfig, base_model: str = "") -> dict[str, Any]:
     """adapter_config.json of PEFT's LoRA for these adapters."""
     return {"peft_type": "LORA", "task_type": "CAUSAL_LM", "base_model_name_or_path": base_model,
@@ -158,8 +170,7 @@ def save_peft_adapters(adapters: nnx.State, config: LoRAConfig, out_dir: str | P
     [out, r] (torch's Linear layout, input dims flattened) in adapter_model.safetensors, and
     adapter_config.json. `key_for(path) -> (HF key, layout)` names a kernel (hf_io's decoder mapping by default);
     stacked layers are written per layer. Only process 0 writes."""
-    if key_for is None:
-        from rlanything_jax.models.hf_io import hf_key_for as key_for
+    key_for = key_for or hf_key_for
     out_dir = Path(out_dir)
     tensors = {}
     for path, variable in nnx.to_flat_state(adapters):

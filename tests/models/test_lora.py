@@ -79,6 +79,21 @@ def test_written_adapters_load_into_peft_with_the_same_logits(tiny, tmp_path):
     np.testing.assert_allclose(ours[valid], expected[valid], atol=1e-4, rtol=0)
 
 
+def test_export_writes_the_merged_model_for_transformers_and_the_adapters_for_peft(tiny, tmp_path):
+    directory, torch_model, model, ids, mask = tiny
+    config = lora.LoRAConfig(rank=2, alpha=4.0, targets=("v_proj", "gate_proj"))
+    base_graphdef, base, graphdef, adapters, frozen = _with_adapters(model, config)
+    adapters = _randomize_b(adapters, 3)
+    ours = np.asarray(nnx.merge(graphdef, frozen, adapters)(ids, mask))
+    out = lora.export_adapted(base_graphdef, base, adapters, config, tmp_path / "export", base_model=str(directory))
+    merged = type(torch_model).from_pretrained(out).eval()
+    merged.config._attn_implementation = "eager"
+    expected = hf_reference.reference_logits(merged, np.asarray(ids), np.asarray(mask))
+    valid = np.asarray(mask).astype(bool)
+    np.testing.assert_allclose(ours[valid], expected[valid], atol=1e-4, rtol=0)
+    assert sorted(p.name for p in (out / "adapter").iterdir()) == ["adapter_config.json", "adapter_model.safetensors"]
+
+
 def test_config_checks():
     assert not lora.LoRAConfig().enabled
     assert lora.LoRAConfig.of({"rank": 8, "alpha": 16, "targets": ["q_proj"]}).scale == 2.0
