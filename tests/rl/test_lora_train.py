@@ -5,15 +5,19 @@ import math
 
 import jax
 import numpy as np
+import pytest
 from flax import nnx
 from jax.sharding import PartitionSpec as P
 
 from rlanything_jax import sharding
 from rlanything_jax.checkpoint import SystemCheckpointer, abstract_like
+from rlanything_jax.config import load_config
 from rlanything_jax.models import Decoder, DecoderConfig
+from rlanything_jax.models.lora import LoRAConfig
 from rlanything_jax.rl.phase import Learner
 from rlanything_jax.rl.train_state import sampler_weights
 from rlanything_jax.rl.train_step import TrainBatch, TrainSpec, jit_train_step, token_logprobs
+from rlanything_jax.validation import ConfigError
 
 CFG = DecoderConfig(model_type="qwen3", vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=2,
                     num_heads=8, num_kv_heads=4, head_dim=8, qk_norm=True)
@@ -120,3 +124,20 @@ def test_checkpoint_holds_adapters_only_and_resumes_to_the_same_step(tmp_path):
     resumed, _ = _step(fresh_learner, resumed, batch)(resumed, batch)
     for a, b in zip(_host((straight.params, straight.opt_state)), _host((resumed.params, resumed.opt_state))):
         np.testing.assert_array_equal(a, b)
+
+
+def test_config_keys_and_the_shared_base_rule():
+    cfg = load_config("configs/default.py:smoke", ["train.policy.lora.rank=8", "train.reward.lora.rank=2",
+                                                   "train.reward.lora.targets=('q_proj','v_proj')"])
+    assert cfg.train.policy.lora == LoRAConfig(rank=8) and not cfg.train.policy.lora.dropout
+    assert cfg.train.reward.lora.targets == ("q_proj", "v_proj") and cfg.train.reward.lora.scale == 8.0
+    assert not load_config("configs/default.py:smoke").train.policy.lora.enabled   # off by default
+    with pytest.raises(ConfigError, match="train.policy.lora.rank"):
+        load_config("configs/default.py:smoke", ["train.policy.lora.rank=-1"])
+    with pytest.raises(ConfigError, match="model.reward.share_base"):   # scratch models are built per role
+        load_config("configs/default.py:smoke", ["model.reward.share_base=true", "train.policy.lora.rank=8",
+                                                 "train.reward.lora.rank=8"])
+    shared = ["model.reward.share_base=true", "train.policy.lora.rank=8"]
+    with pytest.raises(ConfigError, match="model.reward.share_base"):   # the reward model would train its base
+        load_config("configs/alfworld.py:cpu", shared)
+    assert load_config("configs/alfworld.py:cpu", shared + ["train.reward.lora.rank=8"]).model.reward.share_base
