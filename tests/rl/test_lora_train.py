@@ -141,3 +141,22 @@ def test_config_keys_and_the_shared_base_rule():
     with pytest.raises(ConfigError, match="model.reward.share_base"):   # the reward model would train its base
         load_config("configs/alfworld.py:cpu", shared)
     assert load_config("configs/alfworld.py:cpu", shared + ["train.reward.lora.rank=8"]).model.reward.share_base
+
+
+@pytest.mark.slow   # loads SmolLM2-135M and builds a run (about a minute on 2 cores)
+def test_a_run_with_a_shared_base_holds_one_copy_of_it(smollm2_dir, tmp_path):
+    from rlanything_jax.run import build_system  # noqa: PLC0415 - the whole run's machinery, for this test only
+
+    path = str(smollm2_dir)
+    cfg = load_config("configs/default.py:smoke", [
+        f"model.policy.path={path}", f"model.reward.path={path}", "model.reward.share_base=true",
+        "train.policy.lora.rank=4", "train.reward.lora.rank=2", f"workdir={tmp_path}"])
+    system = build_system(cfg, tmp_path, log=lambda line: None)
+    try:
+        state = system.initial_state()
+    finally:
+        system.runner.close()
+    policy_base, reward_base = jax.tree.leaves(state.policy.base), jax.tree.leaves(state.reward.base)
+    assert len(policy_base) == len(reward_base) > 0 and all(a is b for a, b in zip(policy_base, reward_base))
+    ranks = {x.shape[-1] for x in jax.tree.leaves(state.policy.params) if x.ndim == 2 and x.shape[-1] < 8}
+    assert ranks == {4} and {x.shape[0] for x in jax.tree.leaves(state.reward.params) if x.shape[0] < 8} == {2}
