@@ -160,3 +160,17 @@ def test_a_run_with_a_shared_base_holds_one_copy_of_it(smollm2_dir, tmp_path):
     assert len(policy_base) == len(reward_base) > 0 and all(a is b for a, b in zip(policy_base, reward_base))
     ranks = {x.shape[-1] for x in jax.tree.leaves(state.policy.params) if x.ndim == 2 and x.shape[-1] < 8}
     assert ranks == {4} and {x.shape[0] for x in jax.tree.leaves(state.reward.params) if x.shape[0] < 8} == {2}
+
+
+def test_a_frozen_kl_reference_is_the_starting_adapters_on_the_same_base():
+    mesh = sharding.build_mesh({}, devices=jax.devices()[:1])
+    learner, params = _learner(mesh, kl_reference="initial", kl_beta=0.1)
+    state = learner.fresh_state(params, seed=1)
+    assert state.reference is not None and len(jax.tree.leaves(state.reference)) == len(jax.tree.leaves(state.params))
+    batch = _batch()
+    step = jit_train_step(TrainSpec(learner.train_graphdef, learner.tx, kl_beta=0.1), state, batch, mesh)
+    kls = []
+    for _ in range(3):
+        state, metrics = step(state, batch)
+        kls.append(float(metrics["kl"]))
+    assert kls[0] == pytest.approx(0.0, abs=1e-6) and kls[-1] > 1e-6   # the adapters move away from where they began
