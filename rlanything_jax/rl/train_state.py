@@ -95,13 +95,6 @@ def train_state_shardings(state_shapes: TrainState, tx: optax.GradientTransforma
                       lora_scale=state_shapes.lora_scale)
 
 
-def model_params(state: TrainState, params: nnx.State | None = None) -> nnx.State | tuple[nnx.State, nnx.State]:
-    """What `nnx.merge(graphdef, *...)` of the train step's graph takes for `params` (default: the state's):
-    the parameters themselves, or (base, adapters) under LoRA."""
-    params = state.params if params is None else params
-    return params if state.base is None else (state.base, params)
-
-
 @functools.partial(jax.jit, static_argnums=2)
 def _merged(base: nnx.State, adapters: nnx.State, scale: float) -> nnx.State:
     return merge_adapters(base, adapters, scale)
