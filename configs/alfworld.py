@@ -1,8 +1,9 @@
 """ALFWorld-style text games (reference: configs/alfworld_rl.yaml).
 
-Variants: `paper` (the reference's constants, Qwen2.5-7B-Instruct policy), `cpu` (a small
-run on the packaged SmolLM2), `tpu_v5e_64` (paper constants on a v5e-64 pod), `scratch` (the
-embedded CPU run: small models built from scratch, warm-started on expert games, easy
+Variants: `paper` (the reference's constants, Qwen2.5-7B-Instruct policy), `cpu` (a small run on
+the packaged SmolLM2; not timed end to end: its start evaluation alone ran over 11 minutes on 2 cores,
+issue 33; its phases print progress lines every 30 s), `tpu_v5e_64` (paper constants on a v5e-64 pod),
+`scratch` (the embedded CPU run: small models built from scratch, warm-started on expert games, easy
 pick-and-place games, procedural task rewrites), `smoke` (2 tiny steps in about a minute).
 
 Games are generated (offline) unless `--config.tasks.data_dir=$ALFWORLD_DATA/json_2.1.1` names the official

@@ -3,8 +3,8 @@
 Single-turn: G = 32 programs per task; the reward model writes m = 16 unit tests per task
 instead of judging steps. Variants: `paper` (4 nodes), `cpu` (generated easy stdio problems,
 small models built from scratch and warm-started on reference solutions (policy) and
-ground-truth tests (reward model), the whole loop with reward-model training in a few
-minutes), `smoke` (2 tiny steps).
+ground-truth tests (reward model), the whole loop with reward-model training: 428.5 s on 2
+cores beside a CI run, docs/results.md), `smoke` (2 tiny steps).
 
 Data: the paper trains on CodeContests and evaluates on LiveBench, both in the reference's stdio JSON format:
 `--config.tasks.train_file=CODECONTESTS.json --config.tasks.eval_file=LIVEBENCH.json` (each a JSON list, or

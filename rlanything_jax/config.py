@@ -54,9 +54,13 @@ class ModelConfig:
     # compiles as fast as a shallow one (paper configs). False (CPU runs): unrolled; XLA:CPU copies each layer's
     # weights out of the stack, so a scanned batch-1 decode step takes 1.4x as long there (docs/results.md).
     scan_layers: bool = False
+    # The reward model's: True uses the policy's loaded weights as its frozen base (one copy in memory), with
+    # its own LoRA adapters; needs the same path, dtypes and layout as the policy's and LoRA on both roles.
+    share_base: bool = False
 
     def __post_init__(self):
         validation.boolean("scan_layers", self.scan_layers)
+        validation.boolean("share_base", self.share_base)
         validation.check("path", isinstance(self.path, str) and bool(self.path),
                          "must be a local Hugging Face directory, 'package:NAME', 'scratch' or 'scratch_vl'",
                          self.path)
@@ -342,6 +346,13 @@ class RunConfig:
         validation.check("workdir", isinstance(self.workdir, str) and bool(self.workdir), "must be a non-empty path",
                          self.workdir)
         validation.one_of("ablation", self.ablation, ABLATIONS)
+        if self.model.reward.share_base:
+            policy, reward = self.model.policy, self.model.reward
+            same = dataclasses.replace(reward, share_base=False) == policy and not reward.path.startswith("scratch")
+            validation.check("model.reward.share_base",
+                             same and self.train.policy.lora.enabled and self.train.reward.lora.enabled,
+                             "needs model.reward equal to model.policy (a pretrained path, not scratch) and "
+                             "train.policy.lora.rank, train.reward.lora.rank > 0", True)
         if self.tasks is None:
             object.__setattr__(self, "tasks", scenario_options(self.scenario))
 

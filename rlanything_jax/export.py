@@ -27,6 +27,8 @@ from flax import nnx
 from rlanything_jax import assemble
 from rlanything_jax.checkpoint import SystemCheckpointer, abstract_like
 from rlanything_jax.config import run_config
+from rlanything_jax.models.lora import save_peft_adapters
+from rlanything_jax.rl.train_state import sampler_weights
 from rlanything_jax.validation import ConfigError
 
 # What the exported directory takes from the model the run started from (weights and config.json are new).
@@ -45,7 +47,8 @@ def _no_corpus():
 
 
 def build_models(cfg, workdir: Path) -> dict:
-    """{role: (model, a fresh train state, model directory)} as the run built them (the checkpoint's layout)."""
+    """{role: (model, a fresh train state, model directory)} as the run built them (under LoRA the state holds
+    the frozen base and fresh adapters)."""
     meshes = assemble.build_meshes(cfg)
     built = {}
     for role in assemble.ROLES:
@@ -61,27 +64,32 @@ def restore_models(cfg, workdir: Path, step: int | None = None) -> tuple[int, di
     built = build_models(cfg, workdir)
     checkpointer = SystemCheckpointer(workdir / "checkpoints", async_save=False)
     try:
-        restored = checkpointer.restore_latest(abstract_like({role: state for role, (_, state, _) in built.items()}),
-                                               step=step)
+        # A checkpoint holds what was trained: under LoRA the adapters, not the base (`run._checkpointed`).
+        restored = checkpointer.restore_latest(
+            abstract_like({role: state.replace(base=None) for role, (_, state, _) in built.items()}), step=step)
     finally:
         checkpointer.close()
     if restored is None:
         raise FileNotFoundError(f"--workdir: no readable checkpoint{'' if step is None else f' of step {step}'} "
                                 f"in {workdir / 'checkpoints'}")
     out = {}
-    for role, (model, _, directory) in built.items():
-        state = restored.arrays[role]
-        nnx.update(model, state.params)
+    for role, (model, fresh, directory) in built.items():
+        state = restored.arrays[role].replace(base=fresh.base)
+        nnx.update(model, sampler_weights(state))   # under LoRA: the base with the adapters merged
         out[role] = (model, state, directory)
     return restored.step, out
 
 
-def export_model(model, state, source_dir: Path, out: Path, dtype: str | None = None) -> str:
-    """Writes `model` (with `state`'s weights: the master copy when there is one) and the source directory's
-    tokenizer and chat template into `out`; returns the dtype written."""
+def export_model(model, state, source_dir: Path, out: Path, dtype: str | None = None, lora_config=None,
+                 base_model: str = "") -> str:
+    """Writes `model` (with `state`'s weights: the master copy when there is one; under LoRA the merged model
+    and the adapters in PEFT's format in `out/adapter`) and the source directory's tokenizer and chat
+    template into `out`; returns the dtype written."""
     from rlanything_jax.models import save_pretrained
 
-    if state.master is not None and dtype in (None, "float32"):
+    if state.base is not None:   # LoRA: the merged model (restore_models merged it) and the PEFT adapters
+        save_peft_adapters(state.params, lora_config, out / "adapter", base_model=base_model)
+    elif state.master is not None and dtype in (None, "float32"):
         nnx.update(model, jax.tree.map(lambda p: p.astype(jnp.float32), state.master))
         dtype = "float32"
     out.mkdir(parents=True, exist_ok=True)
@@ -100,7 +108,8 @@ def export(workdir: str | Path, role: str, out: str | Path, step: int | None = N
     cfg = run_config_of(workdir)
     restored_step, models = restore_models(cfg, workdir, step)
     model, state, directory = models[role]
-    written = export_model(model, state, directory, Path(out), dtype)
+    written = export_model(model, state, directory, Path(out), dtype, getattr(cfg.train, role).lora,
+                           getattr(cfg.model, role).path)
     return {"out": str(Path(out).resolve()), "role": role, "step": restored_step, "dtype": written}
 
 

@@ -33,7 +33,7 @@ from rlanything_jax.curriculum.generators import TaskGenerator, proposal_of, run
 from rlanything_jax.curriculum.task_pool import Candidate, TaskPool, propose, resolve_candidates, sample_step_tasks
 from rlanything_jax.envs.base import Task
 from rlanything_jax.rl.data import Example
-from rlanything_jax.rl.train_state import TrainState
+from rlanything_jax.rl.train_state import TrainState, sampler_weights
 from rlanything_jax.sampling.slots import occupancy
 from rlanything_jax.seeds import derive_rng, derive_seed
 
@@ -185,9 +185,9 @@ def rl_step(state: SystemState, services: Services, settings: LoopSettings) -> t
         reward_state, reward_metrics = services.reward_trainer.train(
             state.reward, examples, derive_seed(seed, "reward_data", step), metrics, "reward")
         phase.done("reward-model update", f"{int(metrics['reward/updates'])} updates")
-    services.policy.update_params(policy_state.params)
+    services.policy.update_params(sampler_weights(policy_state))
     if services.reward_model is not None:
-        services.reward_model.update_params(reward_state.params)
+        services.reward_model.update_params(sampler_weights(reward_state))
 
     played = [j for judged in groups.values() for j in judged if j.episode.env_error is None]
     report = dict(metrics)  # counts so far; the values below replace, never add

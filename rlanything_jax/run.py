@@ -22,7 +22,7 @@ from typing import Any
 
 import jax
 
-from rlanything_jax import assemble, evaluation, multihost, traces, warm_start
+from rlanything_jax import assemble, evaluation, multihost, progress, traces, warm_start
 from rlanything_jax.agents.judging import StepJudge
 from rlanything_jax.agents.rollout import RolloutEngine
 from rlanything_jax.agents.scenario import JUDGE_STEPS, WRITE_UNIT_TESTS, Scenario, TaskSets
@@ -36,9 +36,12 @@ from rlanything_jax.envs.runner import EnvRunner
 from rlanything_jax.envs.shared_runner import ProcessShardedRunner
 from rlanything_jax.loop import LoopSettings, Services, SystemState, rl_step
 from rlanything_jax.metrics import MetricsWriter, NullMetricsWriter, format_step_line, plot_curves, read_metrics
+from rlanything_jax.models import lora
 from rlanything_jax.probe import build_judge_probe, probe_accuracy
 from rlanything_jax.rl.phase import Learner
+from rlanything_jax.rl.train_state import TrainState, sampler_weights
 from rlanything_jax.sampling.sampler import Sampler
+from rlanything_jax.seeds import derive_seed
 from rlanything_jax.trackers import tracker_names
 
 CURVES = ("rollout/success_rate", "eval/success_rate", "reward_model/step_accuracy",
@@ -68,11 +71,12 @@ class System:
     probe: Callable[[], dict[str, float]]
 
     def initial_state(self) -> SystemState:
-        def fresh(role):
-            return self.learners[role].fresh_state(self.samplers[role].params)
-
-        return SystemState(step=0, policy=fresh("policy"), reward=fresh("reward"),
-                           pool=TaskPool.from_tasks(self.tasks.train))
+        seeds = {role: derive_seed(self.cfg.seed, "lora", role) for role in ("policy", "reward")}
+        policy = self.learners["policy"].fresh_state(self.samplers["policy"].params, seed=seeds["policy"])
+        # A shared base (model.reward.share_base): the reward model's adapters on the policy's base arrays.
+        reward_base = policy.base if self.cfg.model.reward.share_base else self.samplers["reward"].params
+        reward = self.learners["reward"].fresh_state(reward_base, seed=seeds["reward"])
+        return SystemState(step=0, policy=policy, reward=reward, pool=TaskPool.from_tasks(self.tasks.train))
 
 
 def prepare_workdir(cfg: RunConfig) -> Path:
@@ -122,10 +126,13 @@ def build_system(cfg: RunConfig, workdir: Path, log: Callable[[str], None]) -> S
         return assemble.scratch_corpus(scenario, tasks.warm_start or tasks.train[:cfg.warm_start.num_tasks],
                                        expert_env)
 
-    samplers, learners = {}, {}
+    samplers, learners, loaded = {}, {}, {}
     for role in assemble.ROLES:
         directory = assemble.model_dir(cfg, role, workdir, corpus)
-        model, tokenizer = assemble.load_model(cfg, role, directory, meshes.learner)
+        if role == "reward" and cfg.model.reward.share_base:   # the policy's model, loaded once
+            model, tokenizer = loaded["policy"]
+        else:
+            model, tokenizer = loaded[role] = assemble.load_model(cfg, role, directory, meshes.learner)
         samplers[role] = assemble.sampler_for(cfg, role, model, tokenizer, meshes.sampler)
         learners[role] = assemble.learner_for(cfg, role, model, tokenizer, meshes.learner)
         log(f"{role} model: {directory}")
@@ -186,8 +193,8 @@ def _judge_probe(system: System) -> Callable[[], dict[str, float]]:
 
 
 def _sync_samplers(system: System, state: SystemState) -> None:
-    system.samplers["policy"].update_params(state.policy.params)
-    system.samplers["reward"].update_params(state.reward.params)
+    system.samplers["policy"].update_params(sampler_weights(state.policy))
+    system.samplers["reward"].update_params(sampler_weights(state.reward))
 
 
 def evaluate_split(system: System, tasks: list, log: Callable[[str], None] | None = None) -> tuple[list, dict]:
@@ -225,19 +232,25 @@ def _warm_start(system: System, state: SystemState, log: Callable[[str], None]) 
     return dataclasses.replace(state, policy=policy, reward=reward)
 
 
+def _checkpointed(state: SystemState) -> dict[str, TrainState]:
+    """The train states as checkpointed: under LoRA, the adapters and their optimizer state, not the base."""
+    return {"policy": state.policy.replace(base=None), "reward": state.reward.replace(base=None)}
+
+
 def _save(checkpointer: SystemCheckpointer, state: SystemState) -> None:
-    checkpointer.save(state.step, {"policy": state.policy, "reward": state.reward},
-                      {"pool": pool_to_json(state.pool), "step": state.step})
+    checkpointer.save(state.step, _checkpointed(state), {"pool": pool_to_json(state.pool), "step": state.step})
 
 
 def restore_state(system: System, checkpointer: SystemCheckpointer, fresh: SystemState,
                   step: int | None = None) -> SystemState | None:
     """The newest checkpoint's state (or `step`'s), shaped like `fresh`, its weights in the samplers; None
     without a checkpoint."""
-    restored = checkpointer.restore_latest(abstract_like({"policy": fresh.policy, "reward": fresh.reward}), step)
+    restored = checkpointer.restore_latest(abstract_like(_checkpointed(fresh)), step)
     if restored is None:
         return None
-    state = SystemState(step=restored.step, policy=restored.arrays["policy"], reward=restored.arrays["reward"],
+    # Under LoRA a checkpoint holds the adapters: the frozen base is the one loaded at start.
+    state = SystemState(step=restored.step, policy=restored.arrays["policy"].replace(base=fresh.policy.base),
+                        reward=restored.arrays["reward"].replace(base=fresh.reward.base),
                         pool=pool_from_json(restored.json["pool"]))
     _sync_samplers(system, state)
     return state
@@ -286,6 +299,19 @@ def run_loop(system: System, state: SystemState, checkpointer: SystemCheckpointe
     return state
 
 
+def export_adapted_models(system: System, state: SystemState, log: Callable[[str], None]) -> None:
+    """Each LoRA-trained role's final model in `<workdir>/export/<role>`: merged (a Hugging Face checkpoint)
+    and its adapters in PEFT's format (`adapter/`)."""
+    for role, train_state in (("policy", state.policy), ("reward", state.reward)):
+        if train_state.base is None:
+            continue
+        out = system.workdir / "export" / role
+        lora.export_adapted(system.learners[role].graphdef, train_state.base, train_state.params,
+                            system.learners[role].train_config.lora, out,
+                            base_model=getattr(system.cfg.model, role).path)
+        log(f"{role}: merged model and PEFT adapters written to {out}")
+
+
 def run_rl(cfg: RunConfig, log: Callable[[str], None] = print) -> dict:
     """Runs (or resumes) the configured RL run; returns the summary written to summary.json."""
     workdir = prepare_workdir(cfg)
@@ -295,6 +321,7 @@ def run_rl(cfg: RunConfig, log: Callable[[str], None] = print) -> dict:
             f"Outputs: {workdir}")
         return json.loads((workdir / "summary.json").read_text())
     started = time.perf_counter()
+    progress.set_sink(log)   # long phases' progress lines (rollouts, judging, training, adaptation) go to the log
     primary = multihost.is_primary()   # of several processes, only process 0 writes the run's files
     if primary:
         (workdir / "config.json").write_text(json.dumps(dataclasses.asdict(cfg), indent=2, default=str) + "\n")
@@ -304,7 +331,8 @@ def run_rl(cfg: RunConfig, log: Callable[[str], None] = print) -> dict:
               else NullMetricsWriter())
     try:
         state = restore_or_start(system, checkpointer, writer, log)
-        run_loop(system, state, checkpointer, writer, log)
+        state = run_loop(system, state, checkpointer, writer, log)
+        export_adapted_models(system, state, log)
     finally:
         checkpointer.close()
         writer.close()
@@ -313,6 +341,8 @@ def run_rl(cfg: RunConfig, log: Callable[[str], None] = print) -> dict:
         from rlanything_jax import export  # every process: the weights are gathered from all of them
 
         for role in assemble.ROLES:
+            if getattr(cfg.train, role).lora.enabled:   # written by export_adapted_models already
+                continue
             written = export.export(workdir, role, workdir / "export" / role)
             log(f"exported the {role} of step {written['step']} to {written['out']}")
     if not primary:

@@ -57,9 +57,12 @@ def train_supervised(learner: Learner, state: TrainState, examples: Sequence[Exa
     if not examples or not epochs:
         return state
     sft_learner = supervised(learner, cfg.learning_rate, cfg.batch_size, len(examples))
-    start = init_train_state(state.params, sft_learner.tx, master_copy=sft_learner.train_config.master_copy)
+    start = init_train_state(state.params, sft_learner.tx, master_copy=sft_learner.train_config.master_copy,
+                             base=state.base, lora_scale=state.lora_scale)
     trained, _ = sft.supervised_epochs(sft_learner, start, examples,
                                        epochs, derive_seed(seed, "sft", prefix), prefix, log)
-    fresh = learner.fresh_state(trained.params)   # with a frozen KL reference, the warm-started model is it
+    # With a frozen KL reference, the warm-started model is it. Under LoRA the base stays, the adapters go on.
+    fresh = (learner.fresh_state(trained.params) if trained.base is None else
+             learner.fresh_state(trained.base, adapters=trained.params))
     # A float32 master copy goes on from the SFT's own, not from its bfloat16 rounding.
     return fresh if fresh.master is None or trained.master is None else fresh.replace(master=trained.master)

@@ -25,6 +25,7 @@ import numpy as np
 from rlanything_jax.agents.prompt_tokens import encode_prompt
 from rlanything_jax.agents.scenario import StepJudgePrompts
 from rlanything_jax.agents.trajectory import Episode, ParsedJudgment, StepJudgments, StepRecord
+from rlanything_jax.progress import Progress
 from rlanything_jax.sampling.sampler import Sampler, bucket_length
 from rlanything_jax.sampling.slots import generate_in_slots, occupancy
 from rlanything_jax.sampling.stops import Completion
@@ -103,6 +104,7 @@ def sample_each(reward_model: Sampler, prompt_tokens: Sequence[Sequence[int]], c
     else:
         prompts_per_call = max(1, config.batch_size // m)
         chunks = []
+        lines = Progress(tag, len(order), "prompts")
         for chunk_index, start in enumerate(range(0, len(order), prompts_per_call)):
             chunk = order[start:start + prompts_per_call]
             images = [list(prompt_images[i]) for i in chunk] if prompt_images is not None else []
@@ -111,6 +113,7 @@ def sample_each(reward_model: Sampler, prompt_tokens: Sequence[Sequence[int]], c
             chunks.append((chunk, reward_model.generate(
                 [list(prompt_tokens[i]) for i in chunk], config.max_new_tokens, strategy,
                 seed=derive_seed(config.seed, tag, chunk_index), num_samples=m, **with_images)))
+            lines.update(start + len(chunk))
     for chunk, completions in chunks:
         for index, completion in enumerate(completions):  # prompt-major: m samples of chunk[0], then chunk[1]...
             out[chunk[index // m]].append(completion)

@@ -41,6 +41,7 @@ from rlanything_jax.agents.rollout_config import RolloutConfig
 from rlanything_jax.agents.scenario import PolicyPrompts
 from rlanything_jax.agents.trajectory import Episode, StepRecord
 from rlanything_jax.envs.base import Observation, Runner, Submitted, Task
+from rlanything_jax.progress import Progress
 from rlanything_jax.sampling.sampler import Conversation, Sampler
 
 ActionOverride = Callable[[Episode, Observation], "str | None"]
@@ -120,6 +121,7 @@ def play_episodes(policy: Sampler, runner: Runner, prompts: PolicyPrompts, tasks
     cohorts = [_Cohort(part) for part in halves if part]
     queue = deque(everyone)
     turn = 0
+    lines = Progress("rollouts", len(everyone), "episodes")
     while queue or any(c.live or c.stepping or c.starting for c in cohorts):
         for group, cohort in enumerate(cohorts):
             if cohort.stepping is not None:
@@ -140,6 +142,9 @@ def play_episodes(policy: Sampler, runner: Runner, prompts: PolicyPrompts, tasks
         if progress:
             live = sum(len(c.live) for c in cohorts)
             progress(f"turn {turn}: {live} episodes live, {len(queue)} waiting")
+        # Done: the ended episodes, and the live ones' share of their turn limit (an episode ends at it or sooner).
+        partial = sum(min(len(slot.steps) / max(config.max_turns, 1), 1.0) for c in cohorts for slot in c.live)
+        lines.update(len(play.finished), (len(play.finished) + partial) / len(everyone))
     return [play.finished[slot.runner_id] for slot in everyone]
 
 

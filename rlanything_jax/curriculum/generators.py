@@ -30,6 +30,7 @@ from rlanything_jax.agents.chat_tokens import Message
 from rlanything_jax.agents.trajectory import JudgedEpisode
 from rlanything_jax.curriculum.adaptation import DIRECTIONS
 from rlanything_jax.envs.base import Task
+from rlanything_jax.progress import Progress
 from rlanything_jax.sampling.sampler import Sampler, bucket_length
 from rlanything_jax.sampling.slots import generate_in_slots
 from rlanything_jax.sampling.strategies import make_strategy
@@ -98,6 +99,7 @@ def run_proposals(proposals: Sequence[Proposal]) -> list[Task | None]:
 
     for index in range(len(proposals)):
         advance(index, None)
+    lines = Progress("environment adaptation", len(proposals), "tasks")
     while waiting:
         by_model: dict[int, list[int]] = {}
         for index, ask in waiting.items():
@@ -106,6 +108,7 @@ def run_proposals(proposals: Sequence[Proposal]) -> list[Task | None]:
             asks = [waiting.pop(index) for index in indices]
             for index, answer in zip(indices, asks[0].model.answer(asks)):
                 advance(index, answer)
+        lines.update(len(proposals) - len(waiting))
     return results
 
 

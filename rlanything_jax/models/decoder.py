@@ -49,9 +49,16 @@ class Projection(nnx.Module):
         self.bias = nnx.Param(jnp.zeros(out_shape, param_dtype), logical_axes=out_axes) if use_bias else None
         self.num_in_dims = len(in_shape)
         self.dtype = dtype
+        # LoRA adapters (models/lora.add_adapters attaches them): y += lora_scale * (x A) B.
+        self.lora_a = self.lora_b = None
+        self.lora_scale = 0.0
 
     def __call__(self, x: jax.Array, out_dtype=None) -> jax.Array:
-        y = linear(x.astype(self.dtype), self.kernel[...].astype(self.dtype), self.num_in_dims)
+        x = x.astype(self.dtype)
+        y = linear(x, self.kernel[...].astype(self.dtype), self.num_in_dims)
+        if self.lora_a is not None:   # unmerged: the frozen kernel's product plus the adapters' low-rank one
+            h = linear(x, self.lora_a[...].astype(self.dtype), self.num_in_dims).astype(self.dtype)
+            y = y + self.lora_scale * linear(h, self.lora_b[...].astype(self.dtype), 1)
         if self.bias is not None:
             y = y + self.bias[...].astype(jnp.float32)
         return y.astype(out_dtype or self.dtype)

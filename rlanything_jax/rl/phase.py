@@ -30,6 +30,8 @@ from jax.sharding import Mesh
 
 from rlanything_jax import multihost
 from rlanything_jax import sharding as sharding_lib
+from rlanything_jax.models.lora import add_adapters, split_adapters
+from rlanything_jax.progress import Progress
 from rlanything_jax.rl.data import BatchIterator, DataConfig, Example
 from rlanything_jax.rl.train_config import TrainConfig
 from rlanything_jax.rl.train_state import (
@@ -65,18 +67,30 @@ class Learner:
     # A vision-language model's: examples may carry images; with `freeze_vision` the tower is not trained.
     images: ImageTraining | None = None
     compiled: dict = dataclasses.field(default_factory=dict)
+    # Under LoRA, the graph of the model with its adapters (the train step's); set by the first `fresh_state`.
+    train_graphdef: nnx.GraphDef | None = None
 
     def __post_init__(self):
         self.train_config = TrainConfig.of(self.train_config)
         self.tx = make_optimizer(self.train_config)
         if self.images is not None and self.images.freeze_vision:
+            if self.train_config.lora.enabled:
+                raise ValueError("LoRA with model.freeze_vision is not supported")
             self.tx = freeze_vision(self.tx)
 
-    def fresh_state(self, params) -> TrainState:
+    def fresh_state(self, params, adapters=None, seed: int = 0) -> TrainState:
         """A new train state at `params` for this learner: its optimizer, and a frozen copy of `params` as
-        the KL's reference when `kl_reference="initial"`."""
+        the KL's reference when `kl_reference="initial"`. Under LoRA (`train_config.lora`), `params` is the
+        frozen base (kept as it is: the same arrays) and the state trains `adapters` (fresh ones: B = 0, A drawn
+        from `seed`)."""
+        lora_cfg, base = self.train_config.lora, None
+        if lora_cfg.enabled:
+            model = add_adapters(nnx.merge(self.graphdef, params), lora_cfg, seed)
+            self.train_graphdef, fresh, base = split_adapters(model)
+            params = fresh if adapters is None else adapters
         state = init_train_state(params, self.tx, frozen_reference=self.train_config.kl_reference == "initial",
-                                 master_copy=self.train_config.master_copy)
+                                 master_copy=self.train_config.master_copy, base=base,
+                                 lora_scale=lora_cfg.scale if lora_cfg.enabled else 0.0)
         # Laid out as the train step wants it (global arrays, also for the counts a multi-process save reads).
         return multihost.to_device(state, train_state_shardings(state, self.tx, self.mesh, self.rules))
 
@@ -92,7 +106,8 @@ class Learner:
         if key not in self.compiled:
             cfg = self.train_config
             # The batch's loss weights carry cfg.aggregation (see the module docstring).
-            spec = TrainSpec(graphdef=self.graphdef, tx=self.tx, clip_eps=cfg.clip_eps, kl_beta=cfg.kl_beta,
+            graphdef = self.graphdef if state.base is None else self.train_graphdef
+            spec = TrainSpec(graphdef=graphdef, tx=self.tx, clip_eps=cfg.clip_eps, kl_beta=cfg.kl_beta,
                              aggregation="token_mean", num_micro_batches=num_micro, remat=cfg.remat)
             self.compiled[key] = jit_train_step(spec, state, batch, self.mesh, self.rules)
         return self.compiled[key]
@@ -167,6 +182,7 @@ def train_phase(learner: Learner, state: TrainState, examples: Sequence[Example]
         return state, {}
     updates, num_micro = update_plan(len(kept), cfg.updates_per_step, cfg.micro_batch_size)
     update_metrics = []
+    lines = Progress(f"{prefix} training", updates * cfg.ppo_epochs, "updates")
     # PPO epochs: each pass reshuffles the same examples; the clip keeps later passes near the sampler's policy.
     for epoch in range(cfg.ppo_epochs):
         batches = BatchIterator(kept, dataclasses.replace(data_cfg, batch_size=num_micro * cfg.micro_batch_size,
@@ -177,5 +193,6 @@ def train_phase(learner: Learner, state: TrainState, examples: Sequence[Example]
             state, step_metrics = step_fn(state, batch)
             update_metrics.append({name: float(np.asarray(value))
                                    for name, value in jax.device_get(step_metrics).items()})
+            lines.update(len(update_metrics))
     metrics[f"{prefix}/updates"] += len(update_metrics)
     return state, {f"{prefix}/{name}": value for name, value in _phase_metrics(update_metrics).items()}

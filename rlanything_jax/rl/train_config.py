@@ -8,6 +8,7 @@ from typing import Any
 
 from rlanything_jax import validation as v
 from rlanything_jax.models.decoder import REMAT_POLICIES
+from rlanything_jax.models.lora import LoRAConfig
 from rlanything_jax.rl.losses import AGGREGATIONS
 
 SCHEDULES = ("constant", "warmup_cosine")
@@ -94,9 +95,14 @@ class TrainConfig:
     # learning rate on weights near 1) are not lost, as in the reference's FSDP mixed precision. 4 more bytes
     # per parameter and float32 moments; nothing for float32 parameters (the CPU configs').
     master_copy: bool = True
+    # LoRA adapters (models/lora.LoRAConfig: rank, alpha, dropout, targets): rank 0 trains every parameter;
+    # rank > 0 trains adapters on the target projections only, the base frozen in its own dtype.
+    lora: LoRAConfig = LoRAConfig()
 
     def __post_init__(self):
         v.fields_checked(_CHECKS, self)
+        if not isinstance(self.lora, LoRAConfig):
+            object.__setattr__(self, "lora", LoRAConfig.of(self.lora))
 
     @classmethod
     def of(cls, config: TrainConfig | Mapping[str, Any]) -> TrainConfig:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -12,6 +13,7 @@ from flax import nnx, struct
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from rlanything_jax import sharding as sharding_lib
+from rlanything_jax.models.lora import merge_adapters
 from rlanything_jax.rl.train_config import TrainConfig
 
 
@@ -27,6 +29,11 @@ class TrainState:
     # A float32 copy of low-precision parameters that updates apply to (`TrainConfig.master_copy`); the
     # optimizer's moments are then float32 too. None: updates apply to `params` in their own dtype.
     master: nnx.State | None = None
+    # LoRA (`TrainConfig.lora`): `params` are the adapters, and `base` the frozen model they adapt, in its own
+    # dtype, never in the optimizer (nor donated by the train step, nor checkpointed: it is the loaded model).
+    # Roles that share one base (`model.reward.share_base`) hold the same arrays here. None: full fine-tuning.
+    base: nnx.State | None = None
+    lora_scale: float = struct.field(pytree_node=False, default=0.0)   # alpha / rank
 
 
 def learning_rate_schedule(config: TrainConfig | Mapping[str, Any]) -> optax.Schedule:
@@ -51,15 +58,16 @@ def make_optimizer(config: TrainConfig | Mapping[str, Any]) -> optax.GradientTra
 
 
 def init_train_state(params: nnx.State, tx: optax.GradientTransformation, frozen_reference: bool = False,
-                     master_copy: bool = False) -> TrainState:
+                     master_copy: bool = False, base: nnx.State | None = None, lora_scale: float = 0.0) -> TrainState:
     """A fresh state at `params`; with `frozen_reference`, a copy of them is kept as the KL's reference
     (a copy: the train step donates the state, and one buffer cannot be donated twice); with `master_copy`,
-    a float32 copy of them if any is in a lower precision."""
+    a float32 copy of them if any is in a lower precision. With a frozen `base`, `params` are LoRA adapters
+    of scale `lora_scale`."""
     reference = jax.tree.map(jnp.copy, params) if frozen_reference else None
     low_precision = any(leaf.dtype != jnp.float32 for leaf in jax.tree.leaves(params))
     master = jax.tree.map(lambda p: p.astype(jnp.float32), params) if master_copy and low_precision else None
     return TrainState(step=jnp.zeros((), jnp.int32), params=params, reference=reference, master=master,
-                      opt_state=tx.init(params if master is None else master))
+                      opt_state=tx.init(params if master is None else master), base=base, lora_scale=lora_scale)
 
 
 def reset_optimizer(state: TrainState, tx: optax.GradientTransformation) -> TrainState:
@@ -81,4 +89,18 @@ def train_state_shardings(state_shapes: TrainState, tx: optax.GradientTransforma
         is_leaf=lambda x: isinstance(x, optax.MaskedNode))
     return TrainState(step=replicated, params=param_shardings, opt_state=opt_shardings,
                       reference=None if state_shapes.reference is None else param_shardings,
-                      master=None if state_shapes.master is None else param_shardings)
+                      master=None if state_shapes.master is None else param_shardings,
+                      base=None if state_shapes.base is None else sharding_lib.state_shardings(
+                          state_shapes.base, mesh, rules),
+                      lora_scale=state_shapes.lora_scale)
+
+
+@functools.partial(jax.jit, static_argnums=2)
+def _merged(base: nnx.State, adapters: nnx.State, scale: float) -> nnx.State:
+    return merge_adapters(base, adapters, scale)
+
+
+def sampler_weights(state: TrainState) -> nnx.State:
+    """The weights a sampler of this model decodes with: the parameters, or under LoRA the base with the
+    adapters merged into its kernels (one merge per weight swap; decoding then costs what the base's does)."""
+    return state.params if state.base is None else _merged(state.base, state.params, state.lora_scale)

@@ -75,12 +75,14 @@ class TrainSpec:
     remat: str = "none"     # the decoder layers' activation checkpointing (models/decoder.REMAT_POLICIES)
 
 
-def token_logprobs(graphdef: nnx.GraphDef, params: nnx.State, input_ids: jax.Array, attention_mask: jax.Array,
-                   targets: jax.Array, prefixes: tuple[jax.Array, jax.Array, jax.Array] | None = None,
+def token_logprobs(graphdef: nnx.GraphDef, params: nnx.State | tuple[nnx.State, ...], input_ids: jax.Array,
+                   attention_mask: jax.Array, targets: jax.Array,
+                   prefixes: tuple[jax.Array, jax.Array, jax.Array] | None = None,
                    images: TrainBatch | None = None, remat: str = "none") -> jax.Array:
     """log p(targets[:, j] | tokens up to position L - W + j), float32 [N, W], for input_ids [N, L] and
     targets [N, W] with W <= L: the targets cover the last W positions (all of them when W = L).
     `remat` checkpoints each decoder layer under that policy (a model built on `models.Decoder`).
+    `params` may be a tuple of states that together make the model (LoRA: the frozen base and the adapters).
 
     The output layer and the last decoder layer run on those W positions only: responses sit
     at the end of a row, so a batch whose prompt columns carry no loss skips their logits
@@ -89,7 +91,7 @@ def token_logprobs(graphdef: nnx.GraphDef, params: nnx.State, input_ids: jax.Arr
     window = targets.shape[-1]
     if window > input_ids.shape[1]:
         raise ValueError(f"targets cover {window} positions but the rows have {input_ids.shape[1]}")
-    model = nnx.merge(graphdef, params)
+    model = nnx.merge(graphdef, *params) if isinstance(params, tuple) else nnx.merge(graphdef, params)
     if remat != "none":
         model.remat = remat   # a fresh module of this trace: the graphdef itself is left as it is
     if images is not None and images.mrope_positions is not None:   # a vision-language batch
@@ -106,10 +108,14 @@ def token_logprobs(graphdef: nnx.GraphDef, params: nnx.State, input_ids: jax.Arr
 
 
 def _micro_objective(params: nnx.State, micro: TrainBatch, spec: TrainSpec,
-                     reference: nnx.State | None = None) -> tuple[jax.Array, PPOSums]:
+                     reference: nnx.State | None = None, base: nnx.State | None = None) -> tuple[jax.Array, PPOSums]:
     """The micro-batch's summed loss (to differentiate) and its sums. With frozen `reference` parameters,
-    the KL is taken against their log-probabilities (a forward pass, no gradient), not the batch's."""
+    the KL is taken against their log-probabilities (a forward pass, no gradient), not the batch's. With a
+    frozen LoRA `base`, `params` (and `reference`) are adapters of it: only they get gradients."""
     prefixes = None if micro.prefix_ids is None else (micro.prefix_ids, micro.prefix_mask, micro.prefix_index)
+    if base is not None:
+        base = jax.lax.stop_gradient(base)
+        params, reference = (base, params), None if reference is None else (base, reference)
     logp = token_logprobs(spec.graphdef, params, micro.input_ids, micro.attention_mask, micro.targets, prefixes,
                           micro, remat=spec.remat)
     # NaN marks tokens the sampler never scored (an appended EOS): treat them as on-policy.
@@ -140,7 +146,7 @@ def train_step(state: TrainState, batch: TrainBatch, spec: TrainSpec) -> tuple[T
     k = spec.num_micro_batches
     grad_fn = jax.value_and_grad(_micro_objective, has_aux=True)
     if k == 1:  # no scan: XLA then sees one straight-line program (no loop-carried gradient buffers)
-        (_, sums), grads = grad_fn(state.params, batch, spec, state.reference)
+        (_, sums), grads = grad_fn(state.params, batch, spec, state.reference, state.base)
         return _apply(state, grads, sums, spec)
     micro_batches = jax.tree.map(lambda x: x.reshape((k, x.shape[0] // k) + x.shape[1:]), batch)
     if batch.prefix_index is not None:  # indices into each micro-batch's own chunk of prefixes
@@ -150,7 +156,7 @@ def train_step(state: TrainState, batch: TrainBatch, spec: TrainSpec) -> tuple[T
 
     def add_micro(carry, micro):
         grads_sum, sums_total = carry
-        (_, sums), grads = grad_fn(state.params, micro, spec, state.reference)
+        (_, sums), grads = grad_fn(state.params, micro, spec, state.reference, state.base)
         grads_sum = jax.tree.map(lambda total, g: total + g.astype(total.dtype), grads_sum, grads)
         return grads_sum, jax.tree.map(jnp.add, sums_total, sums)
 
@@ -162,7 +168,7 @@ def train_step(state: TrainState, batch: TrainBatch, spec: TrainSpec) -> tuple[T
     # Summed in float32 when a float32 master copy takes the update (bfloat16 sums would round each term).
     zero_grads = jax.tree.map(jnp.zeros_like, state.params if state.master is None else state.master)
     sums_shapes = jax.eval_shape(lambda: _micro_objective(state.params, jax.tree.map(lambda x: x[0], micro_batches),
-                                                          spec, state.reference)[1])
+                                                          spec, state.reference, state.base)[1])
     zero_sums = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), sums_shapes)
     (grads, sums), _ = jax.lax.scan(accumulate, (zero_grads, zero_sums), micro_batches)
     return _apply(state, grads, sums, spec)
@@ -238,9 +244,22 @@ def batch_shardings(batch: TrainBatch, mesh: Mesh, rules: sharding_lib.Rules) ->
 
 def jit_train_step(spec: TrainSpec, state: TrainState, batch: TrainBatch, mesh: Mesh,
                    rules: sharding_lib.Rules = sharding_lib.DEFAULT_LOGICAL_AXIS_RULES) -> Any:
-    """`train_step` compiled for these shapes with explicit in/out shardings, donating the state."""
+    """`train_step` compiled for these shapes with explicit in/out shardings, donating the state (a LoRA base
+    is a separate, undonated argument: it stays valid for whatever else holds it, e.g. another role)."""
     state_shardings = train_state_shardings(state, spec.tx, mesh, rules)
     replicated = NamedSharding(mesh, PartitionSpec())
-    return jax.jit(lambda s, b: train_step(s, b, spec),
-                   in_shardings=(state_shardings, batch_shardings(batch, mesh, rules)),
+    base_shardings, state_shardings = state_shardings.base, state_shardings.replace(base=None)
+    step = jax.jit(lambda s, base, b: _without_base(train_step(s.replace(base=base), b, spec)),
+                   in_shardings=(state_shardings, base_shardings, batch_shardings(batch, mesh, rules)),
                    out_shardings=(state_shardings, replicated), donate_argnums=(0,))
+
+    def run(state: TrainState, batch: TrainBatch) -> tuple[TrainState, dict[str, jax.Array]]:
+        new, metrics = step(state.replace(base=None), state.base, batch)
+        return new.replace(base=state.base), metrics
+
+    run.lower = lambda s, b: step.lower(s.replace(base=None), s.base, b)   # for the planner's compile checks
+    return run
+
+
+def _without_base(out: tuple[TrainState, Any]) -> tuple[TrainState, Any]:
+    return out[0].replace(base=None), out[1]

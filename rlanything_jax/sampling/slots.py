@@ -23,6 +23,7 @@ import numpy as np
 
 from rlanything_jax import multihost
 from rlanything_jax.models.qwen3_vl.processor import ImageInput
+from rlanything_jax.progress import Progress
 from rlanything_jax.sampling.sampler import Conversation, Sampler, bucket_length
 from rlanything_jax.sampling.stops import Completion, completion_of
 from rlanything_jax.sampling.strategies import Greedy, SamplingStrategy
@@ -56,6 +57,7 @@ def generate_in_slots(sampler: Sampler, prompts: Sequence[Sequence[int]], max_ne
     run = _Slots(sampler, prompts, max_new_tokens, num_samples, max(slots // num_samples, 1) * num_samples,
                  images, metrics, tag)
     call = 0
+    lines = Progress(tag, len(run.out), "completions")
     while run.queue or run.live_rows():
         run.fill()
         before = run.generated()
@@ -65,6 +67,7 @@ def generate_in_slots(sampler: Sampler, prompts: Sequence[Sequence[int]], max_ne
         call += 1
         metrics[f"{tag}/slot_steps"] += (run.conversation.used_columns - columns) * run.capacity
         run.read_out(before, stops)
+        lines.update(sum(out is not None for out in run.out))
     return run.out
 
 

@@ -6,6 +6,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
+from rlanything_jax import progress
 from rlanything_jax.agents.judging import JudgeConfig, judge_episodes
 from rlanything_jax.agents.rollout import RolloutConfig, play_episodes
 from rlanything_jax.envs.base import Task
@@ -129,3 +130,17 @@ def test_an_environment_killed_mid_episode_ends_only_its_episode(sampler, tasks,
     for episode in episodes[1:]:
         assert episode.env_error is None and len(episode.steps) == 3
     assert metrics["episodes/env_error"] == 1
+
+
+@pytest.mark.slow   # shares the slow model fixture
+def test_a_rollout_prints_progress_lines_of_episodes_done(sampler, tasks, runner, monkeypatch):
+    lines = []
+    progress.set_sink(lines.append)
+    monkeypatch.setattr(progress, "EVERY_S", 0.0)   # a line at every turn
+    try:
+        config = RolloutConfig(group_size=2, max_turns=2, max_new_tokens=4, max_context_tokens=8192)
+        episodes = play_episodes(sampler, runner, SCENARIO, tasks[:2], config)
+    finally:
+        progress.set_sink(print)
+    assert len(episodes) == 4 and lines[0].startswith("rollouts: 0/4 episodes (")
+    assert lines[-1].startswith("rollouts: 4/4 episodes (100%)") and "elapsed" in lines[-1], lines
