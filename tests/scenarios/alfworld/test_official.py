@@ -122,3 +122,22 @@ def test_missing_data_dir_says_what_to_get(tmp_path):
     scenario = make_scenario("alfworld", {"data_dir": str(tmp_path)})
     with pytest.raises(FileNotFoundError, match="alfworld-download"):
         scenario.build_tasks(TaskCounts(train=1, eval=1, warm_start=0), tmp_path)
+
+
+@pytest.mark.parametrize("split", ["eval_in_distribution", "eval_out_of_distribution"])
+def test_the_evaluate_command_plays_every_game_alfredtwenv_lists_and_the_expert_wins(data_dir, split, tmp_path,
+                                                                                    capsys):
+    from rlanything_jax import evaluate
+
+    root, _ = data_dir
+    config = os.path.join(os.path.dirname(__file__), "..", "..", "..", "configs", "alfworld.py:smoke")
+    code = evaluate.main([f"--config={config}", f"--config.tasks.data_dir={root}", f"--split={split}",
+                          f"--config.tasks.task_types={','.join(gen.TASK_TYPES)}", "--config.env.num_train_tasks=1",
+                          "--config.env.num_eval_tasks=1", "--policy=expert",
+                          f"--out={tmp_path}", "--traces=0"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err[-2000:]
+    summary = json.loads(captured.out.strip().splitlines()[-1])
+    expected = _alfredtwenv_files(root, split, list(gen.TASK_TYPES))
+    assert summary["split"] == split and summary["num_tasks"] == len(expected) == 2
+    assert summary["success_rate"] == 1.0
