@@ -65,8 +65,9 @@ class AlfworldScenario(TextGameScenario):
             return super().build_tasks(counts, out_dir)
         data_dir, types = os.path.expanduser(self.options.data_dir), self.options.types
         train = official.split_tasks(data_dir, "train", types)
-        validation.check("data_dir", len(train) >= counts.train, f"train/ has {len(train)} games of the task types, "
-                         f"fewer than env.num_train_tasks={counts.train}", self.options.data_dir)
+        validation.check("tasks.data_dir", len(train) >= counts.train,
+                         f"train/ has {len(train)} games of the task types, fewer than env.num_train_tasks="
+                         f"{counts.train}", self.options.data_dir)
         splits = {name: official.split_tasks(data_dir, name, types)
                   for name in ("eval_in_distribution", "eval_out_of_distribution")}
         return TaskSets(train=train[:counts.train], eval=splits["eval_in_distribution"][:counts.eval],
