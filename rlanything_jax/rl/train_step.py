@@ -257,8 +257,33 @@ def jit_train_step(spec: TrainSpec, state: TrainState, batch: TrainBatch, mesh: 
         new, metrics = step(state.replace(base=None), state.base, batch)
         return new.replace(base=state.base), metrics
 
-    run.lower = lambda s, b: step.lower(s.replace(base=None), s.base, b)   # for the planner's compile checks
+    run.lower = lambda s, b: _LoweredStep(step.lower(s.replace(base=None), s.base, b))   # planner, benches
     return run
+
+
+class _LoweredStep:
+    """The lowered step, whose `compile()` is called as the step is: (state, batch) -> (state, metrics)."""
+
+    def __init__(self, lowered):
+        self._lowered = lowered
+
+    def __getattr__(self, name):   # as_text, cost_analysis, ...: the lowered program's
+        return getattr(self._lowered, name)
+
+    def compile(self) -> "_CompiledStep":
+        return _CompiledStep(self._lowered.compile())
+
+
+class _CompiledStep:
+    def __init__(self, compiled):
+        self._compiled = compiled
+
+    def __getattr__(self, name):   # memory_analysis, cost_analysis, ...: the compiled program's
+        return getattr(self._compiled, name)
+
+    def __call__(self, state: TrainState, batch: TrainBatch) -> tuple[TrainState, dict[str, jax.Array]]:
+        new, metrics = self._compiled(state.replace(base=None), state.base, batch)
+        return new.replace(base=state.base), metrics
 
 
 def _without_base(out: tuple[TrainState, Any]) -> tuple[TrainState, Any]:
