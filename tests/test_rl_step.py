@@ -38,6 +38,7 @@ WINS = {"t0": 4, "t1": 0, "t2": 2, "c3": 1}
 @dataclasses.dataclass(frozen=True)
 class FakeState:
     params: int   # stands for a TrainState: the trainers count their updates here
+    base: None = None   # no LoRA base: the samplers get `params` (rl.train_state.sampler_weights)
 
 
 def _step(task: Task, g: int, t: int) -> StepRecord:
