@@ -44,38 +44,40 @@ are null unless `--peak_tflops` and `--hbm_gbps` are given, as for any chip the 
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import inspect
 import json
 import logging
-import math
 import os
-import statistics
 import sys
 import time
-from typing import Any, Callable
+from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
 
 from rlanything_jax import sharding  # noqa: E402
 from rlanything_jax.models import Decoder, DecoderConfig, RopeConfig  # noqa: E402
 from rlanything_jax.rl.train_state import init_train_state, make_optimizer, train_state_shardings  # noqa: E402
-from rlanything_jax.rl.train_step import TrainBatch, TrainSpec, batch_shardings, jit_train_step  # noqa: E402
-from rlanything_jax.sampling.sampler import Sampler, SamplerConfig, window_buckets  # noqa: E402
-from rlanything_jax.sampling.strategies import Greedy  # noqa: E402
+from rlanything_jax.rl.train_step import TrainSpec, batch_shardings  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # bench/, also when loaded by file path
+from device_attention import FallbackLog, attention_kernels, attention_part  # noqa: E402
+from device_measure import (  # noqa: E402
+    Context,
+    TrainResult,
+    compile_step,
+    device_memory_limit,
+    median,
+    memory_of,
+    random_batch,
+    run_steps,
+    si,
+    time_decode,
+    xla_flops,
+)
 from device_specs import chip_for, roofline, train_step_flops  # noqa: E402
-
-try:  # the attention switch (models/attention_kernels.py); part 3 is skipped without it
-    from rlanything_jax.models import attention_kernels
-except ImportError:
-    attention_kernels = None
 
 # Qwen2.5 shapes (their config.json); all tie the embeddings, have q/k/v biases and rope theta 1e6.
 SHAPES = {
@@ -100,178 +102,7 @@ def decoder_config(shape: dict[str, int]) -> DecoderConfig:
                          rms_norm_eps=1e-6, max_position_embeddings=32768, **shape)
 
 
-def memory_of(compiled: Any) -> dict[str, int] | None:
-    """XLA's buffer sizes for a compiled program; `peak_estimate` = arguments + outputs - aliased + temporaries."""
-    try:
-        stats = compiled.memory_analysis()
-    except Exception:   # some backends do not implement it
-        return None
-    if stats is None:
-        return None
-    names = ("argument", "output", "alias", "temp", "generated_code")
-    out = {name: int(getattr(stats, f"{name}_size_in_bytes", 0) or 0) for name in names}
-    out["peak_estimate"] = out["argument"] + out["output"] - out["alias"] + out["temp"]
-    return out
-
-
-def xla_flops(compiled: Any) -> float | None:
-    """XLA's own FLOP count of a compiled program (a while loop's body counted once), when the backend gives it."""
-    try:
-        cost = compiled.cost_analysis()
-    except Exception:
-        return None
-    if isinstance(cost, (list, tuple)):
-        cost = cost[0] if cost else None
-    flops = (cost or {}).get("flops")
-    return float(flops) if flops and flops > 0 else None
-
-
-def device_memory_limit(device: jax.Device) -> int | None:
-    try:
-        stats = device.memory_stats()
-    except Exception:
-        return None
-    return int(stats["bytes_limit"]) if stats and stats.get("bytes_limit") else None
-
-
-# ---------------------------------------------------------------- timing
-
-
-def _ready(tree) -> None:
-    jax.block_until_ready(jax.tree.leaves(tree))
-
-
-def _median(times: list[float]) -> float:
-    return statistics.median(times)
-
-
-def _si(value: float, unit: str) -> str:
-    """1.23e12 -> '1.23 T<unit>' (the prefix that suits: smoke shapes are a million times smaller)."""
-    for prefix, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(value) >= scale:
-            return f"{value / scale:.3g} {prefix}{unit}"
-    return f"{value:.3g} {unit}"
-
-
-def random_batch(cfg: DecoderConfig, rows: int, length: int, window: int, seed: int = 0) -> TrainBatch:
-    """A host batch of random tokens, its loss window the last `window` positions (the response), all of whose
-    targets but the last count; old and reference log-probabilities near a random model's -log(vocab)."""
-    rng = np.random.default_rng(seed)
-    ids = rng.integers(3, cfg.vocab_size, (rows, length), dtype=np.int32)
-    targets = np.roll(ids, -1, axis=1)[:, -window:]
-    loss_mask = np.ones((rows, window), np.float32)
-    loss_mask[:, -1] = 0   # the last position's target is past the row
-    old_logp = (-math.log(cfg.vocab_size) + 0.1 * rng.standard_normal((rows, window))).astype(np.float32)
-    return TrainBatch(input_ids=ids, attention_mask=np.ones_like(ids), targets=targets, loss_mask=loss_mask,
-                      old_logp=old_logp, advantages=rng.standard_normal(rows).astype(np.float32),
-                      ref_logp=old_logp.copy())
-
-
-def compile_step(spec: TrainSpec, state, batch, mesh) -> tuple[Any, float]:
-    start = time.perf_counter()
-    compiled = jit_train_step(spec, state, batch, mesh).lower(state, batch).compile()
-    return compiled, time.perf_counter() - start
-
-
-def run_steps(compiled, state, batch, warmup: int, repeats: int) -> tuple[Any, dict, list[float]]:
-    """`repeats` timed steps after `warmup` untimed ones; the state is donated and carried on."""
-    times, metrics = [], None
-    for i in range(warmup + repeats):
-        start = time.perf_counter()
-        state, metrics = compiled(state, batch)
-        _ready((state, metrics))
-        if i >= warmup:
-            times.append(time.perf_counter() - start)
-    return state, metrics, times
-
-
-def time_decode(model: Decoder, mesh, rows: int, prompt: int, new: int, repeats: int) -> dict[str, Any]:
-    """Greedy prefill + decode of `rows` random prompts, `new` tokens each (no stop token), timed apart."""
-    sampler = Sampler(model, mesh=mesh, config=SamplerConfig(max_cache_length=max(4096, 2 * (prompt + new))))
-    rng = np.random.default_rng(1)
-    prompts = rng.integers(3, model.config.vocab_size, (rows, prompt)).tolist()
-    prefill, decode = [], []
-    for i in range(1 + repeats):   # the first call compiles
-        start = time.perf_counter()
-        conversation = sampler.start(prompts, new)
-        _ready(conversation.state)
-        middle = time.perf_counter()
-        completions = sampler.decode(conversation, new, Greedy(), stop_token_ids=[])
-        end = time.perf_counter()
-        if any(len(c.token_ids) != new for c in completions):
-            raise RuntimeError(f"decode gave {[len(c.token_ids) for c in completions]} tokens, not {new} each")
-        if i:
-            prefill.append(middle - start)
-            decode.append(end - middle)
-    cache = conversation.cache_length
-    # The decode step for column c attends over the smallest window bucket holding c + 1 columns.
-    windows = window_buckets(cache, sampler.config.min_window)
-    read_columns = statistics.mean(next(w for w in windows if w >= c + 1) for c in range(prompt, prompt + new))
-    return {"prefill_s": _median(prefill), "decode_s": _median(decode), "tokens_per_s": rows * new / _median(decode),
-            "cache_length": cache, "mean_window_columns": read_columns, "compilations": dict(sampler.compilations)}
-
-
-# ---------------------------------------------------------------- attention implementations
-
-
-class _FallbackLog(logging.Handler):
-    """Collects `attention_kernels.log_fallback`'s messages (a kernel running `chunked` for some call)."""
-
-    def __init__(self):
-        super().__init__(logging.WARNING)
-        self.messages: list[str] = []
-
-    def emit(self, record):
-        self.messages.append(record.getMessage())
-
-
-def available_kernels() -> tuple[list[Any], dict[str, str]] | None:
-    """The attention implementations this platform runs, and why the others are skipped; None without the switch."""
-    names = getattr(attention_kernels, "IMPLEMENTATIONS", None)
-    resolve = getattr(attention_kernels, "resolve_attention", None)
-    if names is None or resolve is None or "attention" not in inspect.signature(Decoder.__init__).parameters:
-        return None
-    kernels, skipped = [], {}
-    for name in names:
-        if name == "auto":
-            continue
-        try:
-            kernels.append(resolve(name))
-        except Exception as error:   # ConfigError: cudnn or splash on a platform that has neither
-            skipped[name] = str(error)
-    return kernels, skipped
-
-
-def _run_optional(label: str, fn: Callable[[], Any]) -> tuple[Any, str | None]:
-    """fn() or, when it raises, None and the reason (a kernel that does not compile or run here is skipped)."""
-    try:
-        return fn(), None
-    except Exception as error:
-        reason = f"{type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else ''}"
-        print(f"    {label}: skipped ({reason})")
-        return None, reason
-
-
-# ---------------------------------------------------------------- the three parts
-
-
-@dataclasses.dataclass
-class Context:
-    """What every part uses: the model's shape and dtypes, the device and its figures, the workload."""
-
-    cfg: DecoderConfig
-    mesh: Any
-    compute_dtype: Any
-    param_dtype: Any
-    peak_tflops: float | None
-    hbm_gbps: float | None
-    memory_limit: int | None
-    work: dict[str, int]
-    started: float
-
-    def fits(self, memory: dict[str, int] | None) -> bool:
-        """Whether a compiled program's estimated peak fits the device (unknown sizes or limit: assumed so)."""
-        return memory is None or self.memory_limit is None or memory["peak_estimate"] <= 0.95 * self.memory_limit
+# ---------------------------------------------------------------- the parts
 
 
 def decode_part(ctx: Context, model: Decoder, param_bytes: int) -> dict[str, dict[str, Any]]:
@@ -289,9 +120,9 @@ def decode_part(ctx: Context, model: Decoder, param_bytes: int) -> dict[str, dic
         decodes[label] = result
         step_s = result["decode_s"] / new
         line = (f"  batch {rows:>3}: {result['tokens_per_s']:10.1f} tokens/s ({step_s * 1e3:.2f} ms a step; prefill "
-                f"{result['prefill_s'] * 1e3:.1f} ms); a step must read {_si(bound['bytes_per_step'], 'B')} "
-                f"(parameters + {_si(bound['kv_bytes_per_step'], 'B')} live KV): "
-                f"{_si(bound['bytes_per_step'] / step_s, 'B/s')}")
+                f"{result['prefill_s'] * 1e3:.1f} ms); a step must read {si(bound['bytes_per_step'], 'B')} "
+                f"(parameters + {si(bound['kv_bytes_per_step'], 'B')} live KV): "
+                f"{si(bound['bytes_per_step'] / step_s, 'B/s')}")
         if bound["tokens_per_s"]:
             line += (f"\n             roofline {bound['tokens_per_s']:.1f} tokens/s at {ctx.hbm_gbps:g} GB/s: "
                      f"{result['roofline_fraction']:.1%} of it")
@@ -299,22 +130,6 @@ def decode_part(ctx: Context, model: Decoder, param_bytes: int) -> dict[str, dic
                  f"average against {prompt + (new + 1) / 2:.0f} live; cache {result['cache_length']})")
         print(line)
     return decodes
-
-
-@dataclasses.dataclass
-class TrainResult:
-    state: Any            # the train state after the timed steps (part 3 carries it on)
-    spec: TrainSpec
-    batch: TrainBatch     # on the device
-    host_batch: TrainBatch
-    remat: str
-    compile_s: float
-    step_s: float
-    loss: float
-    flops: dict[str, float]
-    xla_flops: float | None
-    memory: dict[str, int] | None
-    mfu: float | None
 
 
 def train_part(ctx: Context, graphdef: nnx.GraphDef, params: nnx.State, remat_choice: str) -> TrainResult:
@@ -343,10 +158,10 @@ def train_part(ctx: Context, graphdef: nnx.GraphDef, params: nnx.State, remat_ch
         memory = memory_of(compiled)
         if last or ctx.fits(memory):
             break
-        print(f"  remat {remat}: needs ~{_si(memory['peak_estimate'], 'B')} of {_si(ctx.memory_limit, 'B')}; "
+        print(f"  remat {remat}: needs ~{si(memory['peak_estimate'], 'B')} of {si(ctx.memory_limit, 'B')}; "
               "trying the next policy")
     state, metrics, times = run_steps(compiled, state, batch, WARMUP_STEPS, repeats)
-    step_s = _median(times)
+    step_s = median(times)
     flops = train_step_flops(ctx.cfg, rows, length, window)
     achieved = flops["model"] / step_s
     mfu = achieved / (ctx.peak_tflops * 1e12) if ctx.peak_tflops else None
@@ -354,95 +169,17 @@ def train_part(ctx: Context, graphdef: nnx.GraphDef, params: nnx.State, remat_ch
     loss = float(metrics["loss"])
     print(f"  remat {remat}, compiled in {compile_s:.1f} s; step {step_s * 1e3:.1f} ms "
           f"[{min(times) * 1e3:.1f}-{max(times) * 1e3:.1f}], loss {loss:.4f}")
-    print(f"  model FLOPs {_si(flops['model'], 'FLOP')} (weights {_si(flops['weights'], 'FLOP')} + attention "
-          f"{_si(flops['attention'], 'FLOP')}; plain 6 x params x tokens: {_si(flops['six_n_d'], 'FLOP')})"
-          + (f"; XLA counts {_si(hardware, 'FLOP')} (elementwise work in, a loop body once)" if hardware else ""))
+    print(f"  model FLOPs {si(flops['model'], 'FLOP')} (weights {si(flops['weights'], 'FLOP')} + attention "
+          f"{si(flops['attention'], 'FLOP')}; plain 6 x params x tokens: {si(flops['six_n_d'], 'FLOP')})"
+          + (f"; XLA counts {si(hardware, 'FLOP')} (elementwise work in, a loop body once)" if hardware else ""))
     utilization = (f"{mfu:.1%} of {ctx.peak_tflops:g} TFLOP/s" if mfu is not None
                    else "n/a (peak unknown: pass --peak_tflops)")
-    print(f"  achieved {_si(achieved, 'FLOP/s')}: MFU {utilization}")
+    print(f"  achieved {si(achieved, 'FLOP/s')}: MFU {utilization}")
     if memory:
-        print("  memory_analysis: " + ", ".join(f"{name} {_si(value, 'B')}" for name, value in memory.items())
-              + (f" (device limit {_si(ctx.memory_limit, 'B')})" if ctx.memory_limit else ""))
+        print("  memory_analysis: " + ", ".join(f"{name} {si(value, 'B')}" for name, value in memory.items())
+              + (f" (device limit {si(ctx.memory_limit, 'B')})" if ctx.memory_limit else ""))
     return TrainResult(state=state, spec=spec, batch=batch, host_batch=host_batch, remat=remat, compile_s=compile_s,
                        step_s=step_s, loss=loss, flops=flops, xla_flops=hardware, memory=memory, mfu=mfu)
-
-
-def attention_part(ctx: Context, train: TrainResult, default_kernel: Any, wanted: set[str] | None,
-                   budget_s: float, fallbacks: _FallbackLog) -> dict[str, dict[str, Any]]:
-    """Part 3: a prefill of the train batch and the train step under each attention implementation this
-    platform runs. The train state goes on from part 1's (donated step after step)."""
-    found = available_kernels()
-    if found is None:
-        print("\nattention implementations: skipped (no models.attention_kernels switch in this checkout)")
-        return {}
-    kernels, skipped = found
-    rows, length = ctx.work["batch"], ctx.work["length"]
-    repeats = min(3, ctx.work["repeats"])
-    print(f"\nattention implementations: train step as above ({repeats} timed steps after one), "
-          f"prefill of {rows} x {length} tokens (median of 3 after one)")
-    out: dict[str, dict[str, Any]] = {}
-    for name, reason in skipped.items():
-        if wanted is None or name in wanted:
-            out[name] = {"skipped": reason}
-            print(f"  {name:>8}: skipped ({reason})")
-    prompts = np.asarray(train.host_batch.input_ids).tolist()
-    for kernel in kernels:
-        if wanted is not None and kernel.name not in wanted:
-            continue
-        if time.perf_counter() - ctx.started > budget_s:
-            out[kernel.name] = {"skipped": f"past --budget_s {budget_s:g}"}
-            print(f"  {kernel.name:>8}: skipped (past --budget_s {budget_s:g} s)")
-            continue
-        seen = len(fallbacks.messages)
-        # The kernel is a static attribute of the model: only the graphdef changes, the parameters stay.
-        abstract = nnx.eval_shape(lambda kernel=kernel: Decoder(ctx.cfg, dtype=ctx.compute_dtype,
-                                                                param_dtype=ctx.param_dtype, attention=kernel))
-        graphdef = nnx.split(abstract)[0]
-        entry: dict[str, Any] = {}
-
-        def prefill(graphdef=graphdef):   # before the train steps below donate train.state.params
-            sampler = Sampler(nnx.merge(graphdef, train.state.params), mesh=ctx.mesh,
-                              config=SamplerConfig(max_cache_length=max(4096, 2 * length)))
-            times = []
-            for i in range(4):
-                start = time.perf_counter()
-                _ready(sampler.start(prompts, 1).state)
-                if i:
-                    times.append(time.perf_counter() - start)
-            return _median(times)
-
-        def train_steps(graphdef=graphdef):
-            compiled, _ = compile_step(dataclasses.replace(train.spec, graphdef=graphdef), train.state, train.batch,
-                                       ctx.mesh)
-            memory = memory_of(compiled)
-            if not ctx.fits(memory):
-                raise MemoryError(f"needs ~{_si(memory['peak_estimate'], 'B')} of {_si(ctx.memory_limit, 'B')}")
-            train.state, _, times = run_steps(compiled, train.state, train.batch, 1, repeats)
-            return _median(times)
-
-        entry["prefill_s"], error = _run_optional(f"{kernel.name} prefill", prefill)
-        if error:
-            entry["prefill_error"] = error
-        if kernel == default_kernel:   # the program part 1 timed
-            entry["train_step_s"] = train.step_s
-        else:
-            entry["train_step_s"], error = _run_optional(f"{kernel.name} train step", train_steps)
-            if error:
-                entry["train_error"] = error
-                if any(leaf.is_deleted() for leaf in jax.tree.leaves(train.state)):
-                    out[kernel.name] = entry
-                    print("  the failed step had taken the donated train state: no further implementation runs")
-                    break
-        notes = sorted(set(fallbacks.messages[seen:]))
-        if notes:
-            entry["fallbacks"] = notes
-        out[kernel.name] = entry
-        shown = {key: f"{entry[key] * 1e3:.1f} ms" if entry.get(key) is not None else "-"
-                 for key in ("train_step_s", "prefill_s")}
-        print(f"  {kernel.name:>8}: train step {shown['train_step_s']}, prefill {shown['prefill_s']}"
-              + ("  (the default, timed above)" if kernel == default_kernel else "")
-              + "".join(f"\n            note: {note}" for note in notes))
-    return out
 
 
 # ---------------------------------------------------------------- main
@@ -475,7 +212,7 @@ def main() -> None:
     args = parser.parse_args()
     started = time.perf_counter()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    fallbacks = _FallbackLog()
+    fallbacks = FallbackLog()
     logging.getLogger("rlanything_jax.models.attention_kernels").addHandler(fallbacks)
 
     device = jax.local_devices()[0]
@@ -503,7 +240,7 @@ def main() -> None:
     print(f"device: {kind} ({platform}; table: {chip.name if chip else 'not listed'}), jax {jax.__version__}; "
           f"peak {f'{ctx.peak_tflops:g} TFLOP/s bf16' if ctx.peak_tflops else 'unknown (pass --peak_tflops)'}, "
           f"HBM {f'{ctx.hbm_gbps:g} GB/s' if ctx.hbm_gbps else 'unknown (pass --hbm_gbps)'}"
-          + (f", {_si(ctx.memory_limit, 'B')} usable" if ctx.memory_limit else ""))
+          + (f", {si(ctx.memory_limit, 'B')} usable" if ctx.memory_limit else ""))
 
     chosen = {}
     if args.attention != "auto":   # e.g. chunked, should the platform's default kernel fail here
@@ -522,7 +259,7 @@ def main() -> None:
     attention_name = default_kernel.name if default_kernel else None
     print(f"model: Qwen2.5-{shape_name} shape, {cfg.num_layers} layers, hidden {cfg.hidden_size}, heads "
           f"{cfg.num_heads}/{cfg.num_kv_heads} x {cfg.head_dim}, MLP {cfg.intermediate_size}, vocab "
-          f"{cfg.vocab_size}; {_si(n_params, '')} parameters ({_si(param_bytes, 'B')} in {param_dtype.name}), "
+          f"{cfg.vocab_size}; {si(n_params, '')} parameters ({si(param_bytes, 'B')} in {param_dtype.name}), "
           f"compute {compute_dtype.name}, random weights; attention {attention_name}")
 
     # Decode first: the train step donates the parameters that the model (and so its samplers) hold.

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 
 from rlanything_jax import sft
 from rlanything_jax.agents.scenario import JUDGE_STEPS, Scenario
-from rlanything_jax.config import WarmStartConfig
+from rlanything_jax.config_sections import WarmStartConfig
 from rlanything_jax.envs.base import Env, Task
 from rlanything_jax.rl.data import Example
 from rlanything_jax.rl.phase import Learner

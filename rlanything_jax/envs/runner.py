@@ -3,7 +3,8 @@
 The rollout engine asks for one action per live episode and gets every result back in one
 call; each worker receives one message per call holding all of its episodes' operations
 and steps them in order. Workers are started with `spawn` (the parent runs multithreaded
-JAX and must never fork); their side is `envs.env_worker`.
+JAX and must never fork); their side is `envs.env_worker`, and `envs.worker_processes` starts and
+kills them. What the parent tracks of episodes, ops and requests is in `envs.runner_requests`.
 
 Failures end only the episode that caused them, as an `EnvError`:
 - an exception in `reset`/`step` is caught in the worker, which keeps running;
@@ -33,13 +34,13 @@ import multiprocessing as mp
 import multiprocessing.connection as mp_connection
 import os
 import pickle
-import signal
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rlanything_jax.envs.base import Observation, StepResult, Task
-from rlanything_jax.envs.env_worker import Progress, worker_main
+from rlanything_jax.envs.runner_requests import Episode, Op, Request
+from rlanything_jax.envs.worker_processes import kill_worker, spawn_worker
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,59 +62,15 @@ class EnvError:
 _POLL_S = 0.1
 
 
-@dataclasses.dataclass(frozen=True)
-class _Op:
-    kind: str                 # "start" (reset, then replay actions) | "step" | "close"
-    episode_id: int
-    arg: Any                  # start: (task, actions); step: action; close: None
-    budget_s: float
-    report: bool = True       # False for background restores the caller did not ask about
-
-    @property
-    def label(self) -> str:
-        if self.kind == "start" and self.arg[1]:
-            return f"restore (reset and replay of {len(self.arg[1])} actions)"
-        return "reset" if self.kind == "start" else self.kind
-
-    def wire(self) -> tuple:
-        return self.kind, self.episode_id, self.arg, self.budget_s
-
-
-@dataclasses.dataclass
-class _Episode:
-    task: Task
-    slot: int
-    group: int = 0
-    actions: list[str] = dataclasses.field(default_factory=list)
-    digests: list[str] = dataclasses.field(default_factory=list)   # reset, then one per step
-
-
-@dataclasses.dataclass
-class _Request:
-    """One reset or step call: answered when every batch of it (one per worker, plus restores) has been."""
-
-    order: tuple[int, ...]
-    results: dict[int, Any] = dataclasses.field(default_factory=dict)
-    outstanding: int = 0      # batches queued or running
-
-
 class Submitted:
     """A submitted reset or step of an `EnvRunner`: `result()` waits for its results (id -> result, in the
     submitted order); replies to other requests that arrive meanwhile are filed with those."""
 
-    def __init__(self, runner: EnvRunner, request: _Request):
+    def __init__(self, runner: EnvRunner, request: Request):
         self._runner, self._request = runner, request
 
     def result(self) -> dict[int, Any]:
         return self._runner._collect(self._request)
-
-
-@dataclasses.dataclass
-class _Worker:
-    process: Any
-    conn: Any
-    progress: Progress
-    fresh: bool = True        # has not answered a request yet
 
 
 class EnvRunner:
@@ -134,10 +91,10 @@ class EnvRunner:
         self.kill_grace_s, self.startup_timeout_s = kill_grace_s, startup_timeout_s
         self._env_modules = tuple(env_modules)
         self._ctx = mp.get_context(start_method)
-        self._workers = [self._spawn() for _ in range(num_workers or os.cpu_count() or 1)]
-        self._episodes: dict[int, _Episode] = {}
+        self._workers = [spawn_worker(self._ctx, self._env_modules) for _ in range(num_workers or os.cpu_count() or 1)]
+        self._episodes: dict[int, Episode] = {}
         self._closing: list[list[int]] = [[] for _ in self._workers]
-        self._busy: dict[int, tuple[_Request, list[_Op]]] = {}   # worker slot -> the batch it is running
+        self._busy: dict[int, tuple[Request, list[Op]]] = {}   # worker slot -> the batch it is running
         self._queued: dict[int, collections.deque] = collections.defaultdict(collections.deque)
         self._orphan_errors: dict[int, EnvError] = {}  # background restores that failed
         self._counts: collections.Counter = collections.Counter()
@@ -171,9 +128,9 @@ class EnvRunner:
             loads[slot][0] += 1
             loads[slot][1] += 1
             self._orphan_errors.pop(episode_id, None)
-            self._episodes[episode_id] = _Episode(task, slot, group)
+            self._episodes[episode_id] = Episode(task, slot, group)
             ops[slot].append(self._start_op(episode_id, task))
-        return self._submit(ops, _Request(tuple(tasks)))
+        return self._submit(ops, Request(tuple(tasks)))
 
     def submit_step(self, actions: Mapping[int, str]) -> Submitted:
         """`step` without waiting: the results come from the returned handle's `result()`. Until then the
@@ -181,14 +138,14 @@ class EnvRunner:
         for episode_id in actions:
             if episode_id not in self._episodes and episode_id not in self._orphan_errors:
                 raise KeyError(f"episode {episode_id} is not live (never reset, closed, or ended by an error)")
-        request = _Request(tuple(actions))
+        request = Request(tuple(actions))
         ops = collections.defaultdict(list)
         for episode_id, action in actions.items():
             if episode_id in self._orphan_errors:
                 request.results[episode_id] = self._orphan_errors.pop(episode_id)
             else:
                 slot = self._episodes[episode_id].slot
-                ops[slot].append(_Op("step", episode_id, str(action), self.step_timeout_s))
+                ops[slot].append(Op("step", episode_id, str(action), self.step_timeout_s))
         return self._submit(ops, request)
 
     def close_episode(self, episode_id: int) -> None:
@@ -224,7 +181,7 @@ class EnvRunner:
         # Let them close their envs, then kill whatever is left (without reaping first).
         mp_connection.wait([w.process.sentinel for w in self._workers], timeout=5.0)
         for worker in self._workers:
-            self._kill(worker)
+            kill_worker(worker)
         self._episodes.clear()
 
     def __enter__(self) -> EnvRunner:
@@ -233,34 +190,9 @@ class EnvRunner:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    # -- workers
-
-    def _spawn(self) -> _Worker:
-        parent_conn, child_conn = self._ctx.Pipe()
-        buffer = self._ctx.RawArray("d", 3)
-        process = self._ctx.Process(target=worker_main, args=(child_conn, buffer, self._env_modules, os.getpid()),
-                                    daemon=True, name="env-worker")
-        process.start()
-        child_conn.close()
-        return _Worker(process, parent_conn, Progress(buffer))
-
-    @staticmethod
-    def _kill(worker: _Worker) -> int | None:
-        """SIGKILLs the worker's process group (with any processes its envs started)."""
-        pid = worker.process.pid
-        with contextlib.suppress(ChildProcessError, ProcessLookupError, PermissionError):
-            # Raises once reaped: only an unreaped pid is sure to still name our group.
-            os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-            os.killpg(pid, signal.SIGKILL)
-        with contextlib.suppress(Exception):
-            worker.process.kill()
-        worker.process.join(timeout=5.0)
-        worker.conn.close()
-        return worker.process.exitcode
-
     # -- requests
 
-    def _submit(self, ops_by_slot: Mapping[int, list[_Op]], request: _Request) -> Submitted:
+    def _submit(self, ops_by_slot: Mapping[int, list[Op]], request: Request) -> Submitted:
         if self._closed:
             raise RuntimeError("the runner is closed")
         for slot, ops in ops_by_slot.items():
@@ -269,7 +201,7 @@ class EnvRunner:
             self._dispatch(slot)
         return Submitted(self, request)
 
-    def _collect(self, request: _Request) -> dict[int, Any]:
+    def _collect(self, request: Request) -> dict[int, Any]:
         started = time.perf_counter()
         while request.outstanding:
             if not self._busy:
@@ -283,8 +215,8 @@ class EnvRunner:
         while slot not in self._busy and self._queued[slot]:
             self._send(slot, *self._queued[slot].popleft())
 
-    def _send(self, slot: int, request: _Request, ops: list[_Op]) -> None:
-        closes = [_Op("close", e, None, self.step_timeout_s, report=False) for e in self._closing[slot]]
+    def _send(self, slot: int, request: Request, ops: list[Op]) -> None:
+        closes = [Op("close", e, None, self.step_timeout_s, report=False) for e in self._closing[slot]]
         self._closing[slot] = []
         ops = closes + ops
         worker = self._workers[slot]
@@ -296,7 +228,7 @@ class EnvRunner:
             return
         self._busy[slot] = (request, ops)
 
-    def _deadline(self, slot: int, ops: list[_Op]) -> float:
+    def _deadline(self, slot: int, ops: list[Op]) -> float:
         worker = self._workers[slot]
         index, started = worker.progress.read()
         if 0 <= index < len(ops):
@@ -334,7 +266,7 @@ class EnvRunner:
                 self._replace_worker(slot, request, ops, "timeout")
                 self._dispatch(slot)
 
-    def _apply(self, op: _Op, status: str, data: Any, seconds: float, results: dict) -> None:
+    def _apply(self, op: Op, status: str, data: Any, seconds: float, results: dict) -> None:
         self._counts["env_time_s"] += seconds
         if op.kind == "close":
             return
@@ -366,7 +298,7 @@ class EnvRunner:
         if op.report:
             results[op.episode_id] = result
 
-    def _fail(self, op: _Op, error: EnvError, results: dict) -> None:
+    def _fail(self, op: Op, error: EnvError, results: dict) -> None:
         self._episodes.pop(op.episode_id, None)
         self._counts["env_errors"] += 1
         self._counts[f"env_errors/{error.cause}"] += 1
@@ -375,13 +307,13 @@ class EnvRunner:
         else:
             self._orphan_errors[op.episode_id] = error
 
-    def _replace_worker(self, slot: int, request: _Request, ops: list[_Op], cause: str) -> None:
+    def _replace_worker(self, slot: int, request: Request, ops: list[Op], cause: str) -> None:
         """Kills the worker, ends the episode it was running and restores the others: this batch of `request`
         is over, and a restore batch (if any) takes its place."""
         worker = self._workers[slot]
         index, _ = worker.progress.read()
-        exit_code = self._kill(worker)
-        self._workers[slot] = self._spawn()
+        exit_code = kill_worker(worker)
+        self._workers[slot] = spawn_worker(self._ctx, self._env_modules)
         self._counts["worker_restarts"] += 1
         culprit = ops[index] if 0 <= index < len(ops) else None
         # A fresh worker that fails before running anything would fail again: give up on its work.
@@ -407,11 +339,11 @@ class EnvRunner:
         else:
             request.outstanding -= 1
 
-    def _start_op(self, episode_id: int, task: Task, actions: Sequence[str] = (), report: bool = True) -> _Op:
+    def _start_op(self, episode_id: int, task: Task, actions: Sequence[str] = (), report: bool = True) -> Op:
         budget = self.reset_timeout_s + len(actions) * self.step_timeout_s
-        return _Op("start", episode_id, (task, tuple(actions)), budget, report)
+        return Op("start", episode_id, (task, tuple(actions)), budget, report)
 
-    def _restore_op(self, op: _Op) -> _Op:
+    def _restore_op(self, op: Op) -> Op:
         """The op that rebuilds the episode in a fresh worker, ending where `op` would have."""
         episode = self._episodes[op.episode_id]
         actions = (*episode.actions, op.arg) if op.kind == "step" else op.arg[1]
