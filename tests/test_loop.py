@@ -348,9 +348,9 @@ def test_two_loop_steps_route_candidates_rewards_and_advantages(tmp_path):
                 assert h.event == ("accepted" if accept_candidate(h.goal, h.prev_acc, h.now_acc, low, high)
                                    else "rejected")
         # The optimizer step counters advance by the updates each phase reported.
-        for role in ("policy", "reward"):
-            assert updates1[role] == metrics1[f"{role}/updates"]
-            assert int(getattr(state2, role).step) == updates1[role] + metrics2[f"{role}/updates"]
+        for role, prefix in (("policy", "policy"), ("reward", "reward_model")):
+            assert updates1[role] == metrics1[f"{prefix}/updates"]
+            assert int(getattr(state2, role).step) == updates1[role] + metrics2[f"{prefix}/updates"]
         assert metrics2["curriculum/pending"] == 2 and metrics2["curriculum/accepted_total"] == 1
         assert metrics2["curriculum/proposals_made"] == 2
         assert metrics2["policy_data/tasks_out_of_band"] == 1 and metrics2["reward_model_data/tasks_out_of_band"] == 2
