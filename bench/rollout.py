@@ -88,8 +88,8 @@ def _play(sampler, runner, tasks, group_size: int, turns: int, seed: int, slots:
 def _report(label: str, metrics: Counter, wall: float) -> None:
     env, policy = metrics["time/rollout_env_s"], metrics["time/rollout_sampling_s"]
     other = max(wall - env - policy, 0.0)
-    print(f"{label:>22}: {metrics['env_steps']:5d} env steps in {wall:6.1f} s wall | "
-          f"env {metrics['env_steps'] / max(env, 1e-9):7.1f} steps/s of env time | "
+    print(f"{label:>22}: {metrics['rollout/env_steps']:5d} env steps in {wall:6.1f} s wall | "
+          f"env {metrics['rollout/env_steps'] / max(env, 1e-9):7.1f} steps/s of env time | "
           f"share: env {env / wall:5.1%}, sampler {policy / wall:5.1%}, other {other / wall:5.1%} | "
           f"slot occupancy {metrics['rollout/slot_occupancy']:.2f}")
 
@@ -124,7 +124,7 @@ def _overlap(sampler: Sampler, tasks, group_size: int, args, figures: dict) -> N
                                           overlap=overlap)
             _report(f"slow env, {label}", metrics, walls[label])
             if overlap:
-                print(f"{'':>22}  {int(metrics['rollout/overlapped_env_steps'])} of {metrics['env_steps']} env "
+                print(f"{'':>22}  {int(metrics['rollout/overlapped_env_steps'])} of {metrics['rollout/env_steps']} env "
                       f"steps ran while the other cohort decoded")
     figures["slow_env_step_s"], figures["slow_env_workers"] = args.env_step_s, args.slow_env_workers
     figures["slow_env_in_turn_s"] = round(walls["in turn"], 2)

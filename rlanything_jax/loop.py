@@ -183,8 +183,8 @@ def rl_step(state: SystemState, services: Services, settings: LoopSettings) -> t
         examples = (reward_model_examples(groups, settings.signal, metrics) if settings.reward_model_use == JUDGE_STEPS
                     else unit_test_examples(unit_tests, metrics))   # unparseable tests as the reference scores them
         reward_state, reward_metrics = services.reward_trainer.train(
-            state.reward, examples, derive_seed(seed, "reward_data", step), metrics, "reward")
-        phase.done("reward-model update", f"{int(metrics['reward/updates'])} updates")
+            state.reward, examples, derive_seed(seed, "reward_data", step), metrics, "reward_model")
+        phase.done("reward-model update", f"{int(metrics['reward_model/updates'])} updates")
     services.policy.update_params(sampler_weights(policy_state))
     if services.reward_model is not None:
         services.reward_model.update_params(sampler_weights(reward_state))

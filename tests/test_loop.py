@@ -312,7 +312,7 @@ def test_two_loop_steps_route_candidates_rewards_and_advantages(tmp_path):
         assert not bool(accept_candidate("harder", 0.5, 0.5, low, high))
         assert metrics1["curriculum/pending"] == 2 and metrics1["curriculum/accepted_total"] == 0
         assert metrics1["curriculum/proposals_made"] == 2
-        assert metrics1["policy_data/tasks_out_of_band"] == 2 and metrics1["reward_data/tasks_out_of_band"] == 2
+        assert metrics1["policy_data/tasks_out_of_band"] == 2 and metrics1["reward_model_data/tasks_out_of_band"] == 2
 
         updates1 = {role: int(getattr(state1, role).step) for role in ("policy", "reward")}  # donated in step 2
 
@@ -348,12 +348,12 @@ def test_two_loop_steps_route_candidates_rewards_and_advantages(tmp_path):
                 assert h.event == ("accepted" if accept_candidate(h.goal, h.prev_acc, h.now_acc, low, high)
                                    else "rejected")
         # The optimizer step counters advance by the updates each phase reported.
-        for role in ("policy", "reward"):
-            assert updates1[role] == metrics1[f"{role}/updates"]
-            assert int(getattr(state2, role).step) == updates1[role] + metrics2[f"{role}/updates"]
+        for role, prefix in (("policy", "policy"), ("reward", "reward_model")):
+            assert updates1[role] == metrics1[f"{prefix}/updates"]
+            assert int(getattr(state2, role).step) == updates1[role] + metrics2[f"{prefix}/updates"]
         assert metrics2["curriculum/pending"] == 2 and metrics2["curriculum/accepted_total"] == 1
         assert metrics2["curriculum/proposals_made"] == 2
-        assert metrics2["policy_data/tasks_out_of_band"] == 1 and metrics2["reward_data/tasks_out_of_band"] == 2
+        assert metrics2["policy_data/tasks_out_of_band"] == 1 and metrics2["reward_model_data/tasks_out_of_band"] == 2
     finally:
         runner.close()
 
@@ -372,7 +372,7 @@ def _check_step(state, metrics, samplers, learners, record, before, *, step, lam
 
     (policy_prefix, policy_learner, policy_examples), (reward_prefix, reward_learner, reward_examples) = \
         record.trained
-    assert (policy_prefix, reward_prefix) == ("policy", "reward")
+    assert (policy_prefix, reward_prefix) == ("policy", "reward_model")
     assert policy_learner is learners["policy"] and reward_learner is learners["reward"]
 
     # Policy: per in-band task, the integrated step rewards' per-step-index z-scores; packed per episode.
@@ -401,7 +401,7 @@ def _check_step(state, metrics, samplers, learners, record, before, *, step, lam
         assert accepted <= policy_tasks
 
     # Both models were updated, and both samplers hold the new weights.
-    assert metrics["policy/updates"] > 0 and metrics["reward/updates"] > 0
+    assert metrics["policy/updates"] > 0 and metrics["reward_model/updates"] > 0
     assert _leaves_equal(samplers["policy"].params, state.policy.params)
     assert _leaves_equal(samplers["reward"].params, state.reward.params)
     assert not _leaves_equal(before[0], state.policy.params)

@@ -117,7 +117,7 @@ def reference(tmp_path_factory) -> Path:
     assert [line["step"] for line in lines] == [0, 1, 2]
     # Its RL steps train both models: equal parameters below are more than equal warm starts.
     assert sum(line["policy/updates"] for line in lines[1:]) > 0
-    assert sum(line["reward/updates"] for line in lines[1:]) > 0
+    assert sum(line["reward_model/updates"] for line in lines[1:]) > 0
     assert sum(line["rollout/joined_rows"] for line in lines[1:]) > 0   # slots were refilled
     return workdir
 

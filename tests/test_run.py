@@ -240,7 +240,7 @@ def test_a_run_killed_at_seeded_points_resumes_to_exactly_the_uninterrupted_run(
     every_key = set().union(*(line.keys() for line in read_metrics(straight_dir / "metrics.jsonl")))
     assert WALL_CLOCK_KEYS | PROCESS_LOCAL_KEYS <= every_key   # the list is not stale
     for line in straight_lines[1:]:   # both models trained at every step, so their moments matter
-        assert line["policy/updates"] >= 1 and line["reward/updates"] >= 1, line
+        assert line["policy/updates"] >= 1 and line["reward_model/updates"] >= 1, line
     for line in straight_lines:
         assert 0.0 <= line["reward_model/probe_step_accuracy"] <= 1.0
 

@@ -113,7 +113,7 @@ def reward_model_examples(groups: Mapping[str, Sequence[JudgedEpisode]], cfg: Si
     examples = []
     for judged in groups.values():
         if not _in_band(task_accuracy(judged), cfg.band_low, cfg.band_high):
-            metrics["reward_data/tasks_out_of_band"] += 1
+            metrics["reward_model_data/tasks_out_of_band"] += 1
             continue
         trainable = [j for j in judged if j.episode.trainable and j.judgments is not None]
         if not trainable:
@@ -123,7 +123,7 @@ def reward_model_examples(groups: Mapping[str, Sequence[JudgedEpisode]], cfg: Si
                                                        cfg.invalid_judgment_reward))
         if cfg.balance_labels:
             advantages = advantages * np.asarray(sign_balance_weights(rewards, mask))[..., None]
-        metrics["reward_data/tasks"] += 1
+        metrics["reward_model_data/tasks"] += 1
         for g, item in enumerate(trainable):
             judgments = item.judgments
             for t in range(len(item.episode.steps)):
@@ -133,5 +133,5 @@ def reward_model_examples(groups: Mapping[str, Sequence[JudgedEpisode]], cfg: Si
                         continue
                     examples.append(Example(judgments.prompts[t], tokens, float(advantages[g, t, j]), logprobs,
                                             images=images or None))
-    metrics["reward_data/examples"] += len(examples)
+    metrics["reward_model_data/examples"] += len(examples)
     return examples

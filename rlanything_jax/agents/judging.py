@@ -67,7 +67,7 @@ def judge_prompts(reward_model: Sampler, prompts: StepJudgePrompts, prompt_token
         for completion in completions:
             parsed = prompts.parse_judgment(completion.text or "")
             metrics[f"parse/{prompts.name}_judgment/{parsed.status}"] += 1
-            metrics["judge_tokens"] += len(completion.token_ids)
+            metrics["judge/tokens"] += len(completion.token_ids)
             out[-1].append(Judgment(parsed, completion.text or "", list(completion.token_ids),
                                     list(completion.logprobs)))
     metrics["time/judge_sampling_s"] += time.perf_counter() - started

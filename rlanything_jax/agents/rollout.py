@@ -138,7 +138,7 @@ def play_episodes(policy: Sampler, runner: Runner, prompts: PolicyPrompts, tasks
             turn += 1
             records, actions = _act(cohort.live, completions, prompts, action_override, metrics)
             cohort.stepping = _Stepping(play.env(runner.submit_step, actions), completions, records, turn)
-            metrics["env_steps"] += len(actions)
+            metrics["rollout/env_steps"] += len(actions)
         if progress:
             live = sum(len(c.live) for c in cohorts)
             progress(f"turn {turn}: {live} episodes live, {len(queue)} waiting")
@@ -153,7 +153,7 @@ def _act(live: list[LiveEpisode], completions: list, prompts: PolicyPrompts,
     """Each episode's step record (before the environment answers) and the action it sends."""
     actions, records = {}, {}
     for slot, completion in zip(live, completions):
-        metrics["policy_tokens"] += len(completion.token_ids)
+        metrics["rollout/tokens"] += len(completion.token_ids)
         parsed = prompts.parse_action(completion.text or "", slot.observation)
         metrics[f"parse/{prompts.name}_action/{parsed.status}"] += 1
         records[slot.runner_id] = StepRecord(

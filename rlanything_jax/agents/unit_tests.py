@@ -89,7 +89,7 @@ def judge_texts(prompts: UnitTestPrompts, task: Task, codes: Sequence[str], text
     generated = [(tests[k].stdin, tests[k].expected_stdout) for k in valid]
     started = time.perf_counter()
     passes = np.asarray(prompts.run_tests(task, list(codes), generated + list(ground_truth)), bool)
-    metrics["time_unit_test_runs_s"] += time.perf_counter() - started
+    metrics["time/unit_test_runs_s"] += time.perf_counter() - started
     metrics["unit_tests/sandbox_runs"] += passes.size
     program_passes = np.zeros((len(codes), len(tests)), bool)
     program_passes[:, valid] = passes[:, :len(valid)]
@@ -102,8 +102,8 @@ def generate_samples(reward_model: Sampler, prompt_tokens: Sequence[Sequence[int
     """m completions of each prompt (in the given order), as the judgments are sampled (`judging.sample_each`)."""
     started = time.perf_counter()
     out = sample_each(reward_model, prompt_tokens, config, metrics, "unit_tests")
-    metrics["unit_test_tokens"] += sum(len(c.token_ids) for completions in out for c in completions)
-    metrics["time_unit_tests_s"] += time.perf_counter() - started
+    metrics["unit_tests/tokens"] += sum(len(c.token_ids) for completions in out for c in completions)
+    metrics["time/unit_test_sampling_s"] += time.perf_counter() - started
     return out
 
 
@@ -181,14 +181,14 @@ def unit_test_examples(judgments: Mapping[str, UnitTestJudgments], metrics: Coun
     examples = []
     for judged in judgments.values():
         if not np.any(judged.program_is_gt):
-            metrics["reward_data/tasks_without_gt_code"] += 1
+            metrics["reward_model_data/tasks_without_gt_code"] += 1
             continue
         advantages = unit_test_advantages(judged, invalid_test_reward)
-        metrics["reward_data/tasks"] += 1
+        metrics["reward_model_data/tasks"] += 1
         for (tokens, logprobs), advantage in zip(judged.samples, advantages):
             if tokens:   # an empty sample was never generated (its prompt was over the sampler's limit)
                 examples.append(Example(judged.prompt, tokens, float(advantage), logprobs))
-    metrics["reward_data/examples"] += len(examples)
+    metrics["reward_model_data/examples"] += len(examples)
     return examples
 
 

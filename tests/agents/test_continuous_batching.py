@@ -76,7 +76,7 @@ def test_refilled_slots_stay_busy_and_sample_what_a_full_batch_samples(policy, r
     assert overlap_metrics["rollout/busy_slot_turns"] == metrics["rollout/busy_slot_turns"]
     assert overlap_metrics["rollout/slot_occupancy"] > 0.8
     # Only a cohort's last turns, when the other has nothing left to decode, wait without overlap.
-    assert overlap_metrics["rollout/overlapped_env_steps"] >= 0.8 * overlap_metrics["env_steps"]
+    assert overlap_metrics["rollout/overlapped_env_steps"] >= 0.8 * overlap_metrics["rollout/env_steps"]
     assert "rollout/overlapped_env_steps" not in metrics
     for played in (waves, everyone, overlapped):
         for ours, theirs in zip(continuous, played, strict=True):

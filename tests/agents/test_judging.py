@@ -76,7 +76,7 @@ def test_judgments_fill_every_slot_from_one_prefill_per_step(reward_model, batch
                 parsed = scenario.parse_judgment(alone.text)
                 assert (judged.scores[t, j], judged.valid[t, j]) == (parsed.score, parsed.valid)
     assert sum(v for k, v in metrics.items() if k.startswith("parse/toy_judgment/")) == 15
-    assert metrics["judge_tokens"] == 15 * 5
+    assert metrics["judge/tokens"] == 15 * 5
     assert ("judge/slot_occupancy" in metrics) == continuous_batching
     if continuous_batching:   # every judgment runs 5 tokens: rows end together and the next prompts start afresh
         assert metrics["judge/busy_slot_steps"] == 15 * 5 and metrics["judge/joined_rows"] == 0

@@ -69,7 +69,7 @@ def test_random_policy_rollout_and_judgments_are_well_formed(sampler, tasks, run
         _check_well_formed(episode, config, sampler.tokenizer)
     steps = sum(len(e.steps) for e in episodes)
     parsed = sum(v for k, v in metrics.items() if k.startswith("parse/text_game_action/"))
-    assert parsed == steps == metrics["env_steps"]
+    assert parsed == steps == metrics["rollout/env_steps"]
     assert metrics["parse/text_game_action/no_boxed"] > 0   # random text falls back to index 0, counted
     judgments = judge_episodes(sampler, SCENARIO, episodes,
                                JudgeConfig(num_judgments=2, max_new_tokens=6, batch_size=16), metrics)

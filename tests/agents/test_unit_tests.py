@@ -79,8 +79,8 @@ def test_examples_one_per_test_of_tasks_with_a_gt_code():
     for k, example in enumerate(examples[:5]):
         assert tuple(example.prompt_ids) == (1, 2, 3)
         assert tuple(example.response_ids) == (100 + k, 7) and tuple(example.old_logprobs) == (-0.5 - k, -0.25)
-    assert metrics == Counter({"reward_data/tasks": 2, "reward_data/tasks_without_gt_code": 1,
-                               "reward_data/examples": 8})
+    assert metrics == Counter({"reward_model_data/tasks": 2, "reward_model_data/tasks_without_gt_code": 1,
+                               "reward_model_data/examples": 8})
 
 
 def test_metrics_are_the_references_syn_ut_acc_and_perfect_ut_rate():
@@ -195,7 +195,7 @@ def test_write_unit_tests_with_a_real_sampler(reward_model, sum_two):
     assert not judged.program_passes[:, ~judged.valid].any()
     np.testing.assert_array_equal(judgments[reverse.task_id].program_is_gt, [False, True])
     assert sum(v for k, v in metrics.items() if k.startswith("parse/coding_unit_test/")) == 6
-    assert metrics["unit_test_tokens"] == sum(len(t) for j in judgments.values() for t, _ in j.samples)
+    assert metrics["unit_tests/tokens"] == sum(len(t) for j in judgments.values() for t, _ in j.samples)
 
     writer = UnitTestWriter(reward_model, prompts)
     again = writer.write(groups, config, Counter())

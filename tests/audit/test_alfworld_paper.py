@@ -133,8 +133,8 @@ def test_the_paper_configs_first_step_holds_and_trains_on_every_expert_step(tmp_
     assert metrics.get("judge/prompts_over_limit", 0) == 0
 
     # Nothing dropped or cut in training; the judgments' sampling limit fits the reward model's training.
-    assert metrics["policy_data/kept"] > 0 and metrics["reward_data/kept"] > 0
-    for role in ("policy_data", "reward_data"):
+    assert metrics["policy_data/kept"] > 0 and metrics["reward_model_data/kept"] > 0
+    for role in ("policy_data", "reward_model_data"):
         for count in ("prompts_dropped", "prompts_truncated", "responses_truncated"):
             assert metrics[f"{role}/{count}"] == 0, f"{role}/{count}"
     assert cfg.reward.max_new_tokens <= cfg.train.reward.max_response_tokens

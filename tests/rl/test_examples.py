@@ -74,7 +74,7 @@ def test_tasks_out_of_the_accuracy_band_are_skipped(groups):
     metrics = Counter()
     assert policy_examples(all_won, SignalConfig(), metrics) == []
     assert reward_model_examples(all_won, SignalConfig(), metrics) == []
-    assert metrics["policy_data/tasks_out_of_band"] == 1 and metrics["reward_data/tasks_out_of_band"] == 1
+    assert metrics["policy_data/tasks_out_of_band"] == 1 and metrics["reward_model_data/tasks_out_of_band"] == 1
 
 
 def test_reward_model_consistency_advantages(groups):

@@ -189,7 +189,7 @@ def test_logprobs_after_a_repack_and_up_to_a_full_context(f32, runner, monkeypat
         return start(prompts, *args, **kwargs)
 
     def recording_repack(conversation, rows, cache_length):
-        repacked_at.append(metrics["env_steps"])
+        repacked_at.append(metrics["rollout/env_steps"])
         return repack(conversation, rows, cache_length)
 
     monkeypatch.setattr(sampler, "start", recording_start)
@@ -202,7 +202,7 @@ def test_logprobs_after_a_repack_and_up_to_a_full_context(f32, runner, monkeypat
     assert metrics["episodes/context_full"] >= 1
     assert any(e.end_reason == "context_full" for e in episodes)
     # Steps were sampled after a repack, the first of them right after it, from the moved cache.
-    assert 0 < repacked_at[0] < metrics["env_steps"]
+    assert 0 < repacked_at[0] < metrics["rollout/env_steps"]
     check_against_trainer(model, episodes, atol=1e-4)
 
 

@@ -87,7 +87,7 @@ def test_one_rlanything_step_on_two_desktops(tmp_path):
     finally:
         system.runner.close()
 
-    assert metrics["env_steps"] > 0 and metrics["policy_tokens"] > 0
+    assert metrics["rollout/env_steps"] > 0 and metrics["rollout/tokens"] > 0
     # Two cohorts of one slot (the config's overlap_env_steps): one's desktop steps while the other decodes.
     assert metrics["rollout/overlapped_env_steps"] > 0
     assert metrics["rollout/success_rate"] > 0   # the expert-played rollout won on its desktop
@@ -103,8 +103,8 @@ def test_one_rlanything_step_on_two_desktops(tmp_path):
     assert metrics["curriculum/accepted"] + metrics["curriculum/rejected"] == 1
     assert new_state.pool.slots[slot].pending is None
     assert metrics.get("parse/osworld_judgment/ok", 0) > 0   # the judgments parse: consistency rewards differ
-    assert metrics["policy/updates"] >= 1 and metrics["reward/updates"] >= 1
-    assert metrics["policy/trained_tokens"] > 0 and metrics["reward/trained_tokens"] > 0
+    assert metrics["policy/updates"] >= 1 and metrics["reward_model/updates"] >= 1
+    assert metrics["policy/trained_tokens"] > 0 and metrics["reward_model/trained_tokens"] > 0
     assert not np.array_equal(before, np.asarray(jax.tree.leaves(new_state.policy.params)[0]))
     for role, params in (("policy", new_state.policy.params), ("reward", new_state.reward.params)):
         synced = jax.tree.leaves(system.samplers[role].params)
