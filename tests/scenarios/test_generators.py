@@ -9,27 +9,22 @@ import dataclasses
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 pytest.importorskip("alfworld")
 pytest.importorskip("textworld")
 
 from rlanything_jax.agents.scenario import GeneratorContext
-from rlanything_jax.agents.trajectory import Episode, JudgedEpisode, StepJudgments, StepRecord
+from rlanything_jax.agents.trajectory import Episode
 from rlanything_jax.curriculum.generators import (
-    Ask,
-    EnvironmentModel,
-    GeneratorChain,
     ProceduralGenerator,
     derived_seed,
-    run_proposals,
 )
-from rlanything_jax.envs.base import Observation, Task
+from rlanything_jax.envs.base import Task
 from rlanything_jax.scenarios import make_scenario
 from rlanything_jax.scenarios.alfworld import env as alfworld
 from rlanything_jax.scenarios.alfworld import gen
-from rlanything_jax.scenarios.alfworld.generators import GoalRewriteGenerator, procedural_maker
+from rlanything_jax.scenarios.alfworld.generators import procedural_maker
 from rlanything_jax.scenarios.alfworld.goal_rewrite import (
     failure_summary_prompt,
     goal_candidate_from_outputs,
@@ -40,29 +35,12 @@ from rlanything_jax.scenarios.alfworld.goal_rewrite import (
 from rlanything_jax.scenarios.alfworld.knobs import GameKnobs, easier_knobs, harder_knobs
 from rlanything_jax.scenarios.alfworld.pddl import parse_problem
 from rlanything_jax.scenarios.coding import env as coding
-from rlanything_jax.scenarios.coding.generators import ProblemRewriteGenerator
 from rlanything_jax.scenarios.coding.problems import (
     measured_pass_rates,
     problem_candidate_from_outputs,
     problem_prompt,
 )
-
-ROOM = GameKnobs(num_receptacles=14, num_distractors=8)
-
-
-@pytest.fixture(scope="module")
-def games_dir(tmp_path_factory):
-    return str(tmp_path_factory.mktemp("raw_games"))
-
-
-@pytest.fixture(scope="module")
-def raw_alfworld(games_dir):
-    return alfworld.make_task(4, "pick_and_place_simple", ROOM, games_dir)
-
-
-@pytest.fixture(scope="module")
-def sum_two():
-    return next(t for t in coding.builtin_stdio_tasks() if t.task_id == "demo/sum_two")
+from tests.scenarios.generator_inputs import THREE_SUMS, failed_alfworld_episodes, problem_json, step_record
 
 
 def _problem(task):
@@ -216,28 +194,8 @@ def test_goal_outputs_without_a_deployable_rewrite_give_none(raw_alfworld, tmp_p
     assert not list(Path(tmp_path).iterdir())  # rejected rewrites leave no game behind
 
 
-def _step(observation, action, next_observation=None):
-    return StepRecord(observation=Observation(observation), prompt_tokens=[], response_tokens=[], logprobs=[],
-                      response_text="", finish_reason="stop", action=action, parse_status="ok",
-                      next_observation=Observation(next_observation) if next_observation else None)
-
-
-def _failed_alfworld_episodes(task):
-    """Two lost rollouts (the expert's first steps, cut short) and one won rollout."""
-    trajectory = alfworld.expert_trajectory(task)
-    steps = [_step(obs, action, "Nothing happens.") for obs, _, action in trajectory.steps[:3]]
-    judgments = StepJudgments(scores=np.array([[1, -1], [-1, -1], [-1, 0]], np.int8),
-                              valid=np.array([[True, True], [True, True], [True, False]]),
-                              texts=(("", ""),) * 3, prompts=((1,),) * 3, samples=((((2,), (0.0,)),) * 2,) * 3)
-    lost = JudgedEpisode(Episode(task=task, group_index=0, steps=steps, won=False, end_reason="max_steps"), judgments)
-    lost_unjudged = JudgedEpisode(Episode(task=task, group_index=2, steps=steps[:2], won=False,
-                                          end_reason="max_steps"))
-    won = JudgedEpisode(Episode(task=task, group_index=1, steps=steps[:1], won=True, end_reason="won"))
-    return [lost, won, lost_unjudged]
-
-
 def test_failure_summary_prompt_marks_steps_all_votes_called_bad(raw_alfworld):
-    lost, _, unjudged = _failed_alfworld_episodes(raw_alfworld)
+    lost, _, unjudged = failed_alfworld_episodes(raw_alfworld)
     assert high_risk_steps(lost) == (1,) and high_risk_steps(unjudged) == ()
     text = failure_summary_prompt(lost)[-1]["content"]
     assert "High-risk steps (always -1): [1]" in text
@@ -248,24 +206,14 @@ def test_failure_summary_prompt_marks_steps_all_votes_called_bad(raw_alfworld):
 # ---------------------------------------------------------------- coding: answers -> new problem
 
 
-def _problem_json(question, pairs, fenced=True):
-    body = json.dumps({"question": question, "test_method": "stdio", "test_time_limit": 99,
-                       "test_input": [i for i, _ in pairs], "test_output": [o for _, o in pairs]})
-    return f"Here is the problem.\n```json\n{body}\n```" if fenced else body
-
-
-THREE_SUMS = [("1 2 3\n", "6\n"), ("0 0 0\n", "0\n"), ("-1 -2 -3\n", "-6\n"), ("5 5 5\n", "15\n"),
-              ("1 1 1\n", "3\n"), ("7 0 0\n", "7\n")]
-
-
 def test_problem_outputs_become_the_first_well_formed_stdio_task(sum_two):
     raw_pairs = list(zip(sum_two.payload["test_input"], sum_two.payload["test_output"]))
     texts = [
         "no json here",
-        _problem_json("Sum three integers.", THREE_SUMS[:3]),                # too few tests
-        _problem_json(sum_two.payload["question"], raw_pairs, fenced=False),  # the raw problem again
-        _problem_json("Read three integers on one line and print their sum.", THREE_SUMS),
-        _problem_json("Another problem.", THREE_SUMS),
+        problem_json("Sum three integers.", THREE_SUMS[:3]),                # too few tests
+        problem_json(sum_two.payload["question"], raw_pairs, fenced=False),  # the raw problem again
+        problem_json("Read three integers on one line and print their sum.", THREE_SUMS),
+        problem_json("Another problem.", THREE_SUMS),
     ]
     task, counts = problem_candidate_from_outputs(sum_two, texts, min_tests=4, max_tests=5)
     assert counts == {"parse/invalid_json": 1, "parse/too_few_tests": 1, "parse/ok": 2, "unparseable": 2,
@@ -287,147 +235,13 @@ def test_problem_outputs_become_the_first_well_formed_stdio_task(sum_two):
 
 def test_pass_rates_are_measured_from_the_episodes_programs(sum_two):
     programs = ["a, b = map(int, input().split())\nprint(a + b)", "print(0)", ""]
-    episodes = [Episode(task=sum_two, group_index=g, steps=[_step(sum_two.goal, p)]) for g, p in enumerate(programs)]
-    crashed = Episode(task=sum_two, group_index=3, steps=[_step(sum_two.goal, "print(0)")], env_error="killed")
+    episodes = [Episode(task=sum_two, group_index=g, steps=[step_record(sum_two.goal, p)])
+                for g, p in enumerate(programs)]
+    crashed = Episode(task=sum_two, group_index=3, steps=[step_record(sum_two.goal, "print(0)")], env_error="killed")
     other_task = dataclasses.replace(sum_two, task_id="demo/other")
-    elsewhere = Episode(task=other_task, group_index=0, steps=[_step(sum_two.goal, "print(0)")])
+    elsewhere = Episode(task=other_task, group_index=0, steps=[step_record(sum_two.goal, "print(0)")])
     rates = measured_pass_rates(sum_two, episodes + [crashed, elsewhere])
     # Tests: 1+2=3, -5+5=0, 1e9+1e9, 0+0=0, -7-8: "print(0)" passes the two zeros, "" runs nothing.
     assert rates == pytest.approx((1 / 3, 2 / 3, 1 / 3, 2 / 3, 1 / 3))
     user = problem_prompt(sum_two, sum_two, "harder", rates)[-1]["content"]
     assert '"pass_rate": 0.6667' in user and "make the new problem harder" in user
-
-
-# ---------------------------------------------------------------- environment model: a real tiny random model
-
-
-class CountingSampler:
-    """The real sampler, recording each generate call's generations (batches) and prompts prefilled."""
-
-    def __init__(self, sampler):
-        self._sampler, self.batches, self.prefilled = sampler, [], []
-        self.tokenizer, self.config = sampler.tokenizer, sampler.config
-
-    def generate(self, prompts, *args, **kwargs):
-        self.batches.append(len(prompts) * kwargs.get("num_samples", 1))
-        self.prefilled.append(len(prompts))
-        return self._sampler.generate(prompts, *args, **kwargs)
-
-
-@pytest.fixture(scope="module")
-def env_model(tmp_path_factory, qwen25_tokenizer):
-    from rlanything_jax.models import load_pretrained
-    from rlanything_jax.sampling.sampler import Sampler, SamplerConfig
-    from tests import hf_reference
-
-    path = tmp_path_factory.mktemp("env_model")
-    hf_reference.build("qwen2", path, vocab_size=qwen25_tokenizer.vocab_size, tie_word_embeddings=True)
-    return Sampler(load_pretrained(path), tokenizer=qwen25_tokenizer, config=SamplerConfig(max_cache_length=8192))
-
-
-def test_random_env_model_on_alfworld_counts_and_the_chain_falls_back(env_model, raw_alfworld, tmp_path):
-    sampler = CountingSampler(env_model)
-    model = GoalRewriteGenerator(EnvironmentModel(sampler, seed=1), tmp_path, num_tries=3, max_new_tokens=8,
-                                 summary_max_new_tokens=8)
-    chain = GeneratorChain([model, ProceduralGenerator(procedural_maker(tmp_path))])
-    episodes = _failed_alfworld_episodes(raw_alfworld)
-    candidate = chain.propose(raw_alfworld, raw_alfworld, "harder", 1 / 3, episodes, step=5)
-    assert sampler.batches == [2, 3]  # one call for the two failure summaries, one for all tries
-    summaries = sum(v for k, v in model.metrics.items() if k.startswith("alfworld/summary/") and "tokens" not in k)
-    assert summaries == 2
-    assert model.metrics["alfworld/goal/unparseable"] == 3 and model.metrics["env_model/alfworld/none"] == 1
-    # The model's nonsense gives nothing; the knobs do.
-    assert candidate.payload["proposed_by"] == "procedural"
-    assert alfworld.knobs_of(candidate) == harder_knobs(ROOM)
-    assert chain.metrics["alfworld/goal/unparseable"] == 3
-
-
-def test_random_env_model_on_coding_counts_and_returns_none(env_model, sum_two, tmp_path):
-    sampler = CountingSampler(env_model)
-    model = ProblemRewriteGenerator(EnvironmentModel(sampler, seed=2), max_new_tokens=8)
-    episodes = [JudgedEpisode(Episode(task=sum_two, group_index=0, steps=[_step(sum_two.goal, "print(0)")]))]
-    assert model.propose(sum_two, sum_two, "easier", 0.0, episodes, step=1) is None
-    assert sampler.batches == [3] and sampler.prefilled == [1]   # the rewrite prompt, prefilled once
-    assert model.metrics["coding/problem/unparseable"] == 3 and model.metrics["env_model/coding/none"] == 1
-    humaneval = coding.humaneval_tasks()[0]   # a function problem is rewritten too
-    assert model.propose(humaneval, humaneval, "harder", 1.0, [], step=1) is None
-    assert sampler.batches == [3, 3] and model.metrics["env_model/coding/none"] == 2
-    assert not any(k.startswith("env_model/unsupported") for k in model.metrics)
-
-
-def test_humaneval_problems_are_rewritten_into_stdio_problems(env_model):
-    """A real HumanEval problem: the prompt shows its signature, docstring and asserts; an answer in the
-    generator's format becomes a stdio task anchored on it, which a correct program passes."""
-    humaneval = coding.humaneval_tasks()[53]   # add(x, y)
-    assert humaneval.payload["entry_point"] == "add"
-    model = ProblemRewriteGenerator(EnvironmentModel(env_model, seed=3), max_new_tokens=8, num_samples=2)
-    episodes = [JudgedEpisode(Episode(task=humaneval, group_index=0, steps=[_step(humaneval.goal, "x")]))]
-    proposal = model.proposal(humaneval, humaneval, "harder", 1.0, episodes, step=4)
-    ask = next(proposal)
-    user = ask.prompts[0][-1]["content"]
-    assert "def add(x: int, y: int)" in user and '"test_input": "0, 1"' in user and '"test_output": "1"' in user
-    with pytest.raises(StopIteration) as stop:
-        proposal.send(["no json", _problem_json("Read three integers on one line and print their sum.",
-                                                THREE_SUMS)])
-    task = stop.value.value
-    assert task.payload["format"] == "stdio" and task.task_id.startswith("HumanEval/53/gen-")
-    assert task.payload["proposed_by"] == "env_model" and task.payload["direction"] == "harder"
-    assert coding.task_verdicts(task, "print(sum(map(int, input().split())))") == [coding.PASSED] * 6
-
-
-def test_prompts_too_long_for_the_cache_are_dropped_and_counted(env_model, raw_alfworld, sum_two, tmp_path):
-    sampler = CountingSampler(env_model)
-    model = GoalRewriteGenerator(EnvironmentModel(sampler), tmp_path, num_tries=2, max_new_tokens=8000,
-                                 summary_max_new_tokens=8000)
-    episodes = _failed_alfworld_episodes(raw_alfworld)
-    assert model.propose(raw_alfworld, raw_alfworld, "easier", 0.0, episodes, step=1) is None
-    coding_model = ProblemRewriteGenerator(EnvironmentModel(sampler), max_new_tokens=8000)
-    assert coding_model.propose(sum_two, sum_two, "harder", 1.0, [], step=1) is None
-    assert sampler.batches == []  # nothing fits 8192 columns: the sampler is never asked
-    assert model.metrics["alfworld/summary/prompt_too_long"] == 2
-    assert model.metrics["alfworld/goal/prompt_too_long"] == 2 and model.metrics["alfworld/goal/not_generated"] == 2
-    assert coding_model.metrics["coding/problem/prompt_too_long"] == 3
-
-
-def test_repeated_prompts_are_prefilled_once_and_answered_in_their_places(env_model):
-    sampler = CountingSampler(env_model)
-    model = EnvironmentModel(sampler, temperature=0.0)   # greedy: every sample of a prompt is its one answer
-    first, second = ([{"role": "user", "content": text}] for text in ("Rewrite the task.", "Make it harder, please."))
-    texts = model.generate([first, second, first, second], 6, seed=0, tag="t")
-    alone = [model.generate([prompt], 6, seed=0, tag="t")[0] for prompt in (first, second)]
-    assert texts == alone * 2 and alone[0] != alone[1]
-    assert sampler.prefilled[0] == 2 and sampler.batches[0] == 4
-    assert model.generate([first, first, second], 6, seed=0, tag="t") == [alone[0], alone[0], alone[1]]
-    assert sampler.prefilled[-1] == 3   # unequal repeats: one row per prompt, as before
-
-
-def test_a_steps_rewrites_share_the_env_models_rows(env_model):
-    """`run_proposals` (the loop's adaptation): three tasks' rewrite prompts go to the real sampler as one
-    continuous-batching call through 6 rows, each prompt prefilled once for its 3 answers; greedy answers do
-    not depend on which tasks share the rows."""
-    tasks = coding.builtin_stdio_tasks()[:3]
-    model = EnvironmentModel(env_model, temperature=0.0, batch_size=6)
-    generator = ProblemRewriteGenerator(model, max_new_tokens=8)
-    before = env_model.prefilled["rows"]
-    assert run_proposals([generator.proposal(t, t, "harder", 1.0, [], step=2) for t in tasks]) == [None] * 3
-    assert env_model.prefilled["rows"] - before == 3
-    assert generator.metrics["coding/problem/unparseable"] == 9
-    assert 0 < model.metrics["env_model/busy_slot_steps"] <= 9 * 8 and model.metrics["env_model/slot_steps"] > 0
-    asks = [Ask(model, (problem_prompt(t, t, "harder", ()),) * 3, 8, seed=0, tag="t") for t in tasks]
-    together = model.answer(asks)
-    assert together == [model.answer([ask])[0] for ask in asks] and len({texts[0] for texts in together}) == 3
-
-
-def test_a_chain_drives_its_model_generator_and_falls_back_inside_one_proposal(env_model, raw_alfworld, tmp_path):
-    """A chain's proposal asks through its first generator and, when that gives nothing, takes the knobs'
-    candidate: the same as `propose`, one task at a time."""
-    model = GoalRewriteGenerator(EnvironmentModel(env_model, seed=1), tmp_path / "goal", num_tries=2,
-                                 max_new_tokens=8, summary_max_new_tokens=8)
-    chain = GeneratorChain([model, ProceduralGenerator(procedural_maker(tmp_path / "knobs"))])
-    proposal = chain.proposal(raw_alfworld, raw_alfworld, "harder", 1.0, [], step=7)
-    ask = next(proposal)   # no failed episodes: no summaries, straight to the goal prompts
-    assert isinstance(ask, Ask) and len(ask.prompts) == 2 and ask.tag == "alfworld/goal"
-    with pytest.raises(StopIteration) as stop:
-        proposal.send(["not a rewrite", None])
-    assert stop.value.value.payload["proposed_by"] == "procedural"
-    assert model.metrics["alfworld/goal/unparseable"] == 1
