@@ -65,31 +65,35 @@ def _figures(counts: Sequence[tuple[int, int]]) -> dict:
                           for k in range(1, top + 1)}}
 
 
+def _task_group(task: Task) -> str:
+    """The benchmark subset a task names (`envs.base.TASK_GROUP`, e.g. OSWorld's domain), or ""."""
+    group = task.payload.get(TASK_GROUP)
+    return group if isinstance(group, str) else ""
+
+
 def success_report(episodes: Sequence[Episode]) -> dict:
     """Success and pass@k over all tasks, per task type and per task group (`envs.base.TASK_GROUP`, for tasks
     that name one), with counts (`_figures`); episodes that failed in the environment are not counted."""
     per_task: dict[str, list[int]] = {}
-    types: dict[str, str] = {}
-    groups: dict[str, str] = {}
+    tasks: dict[str, Task] = {}
     for episode in episodes:
         counts = per_task.setdefault(episode.task.task_id, [0, 0])
-        types[episode.task.task_id] = task_type(episode.task)
-        group = episode.task.payload.get(TASK_GROUP)
-        groups[episode.task.task_id] = group if isinstance(group, str) else ""
+        tasks[episode.task.task_id] = episode.task
         if episode.env_error is None:
             counts[0] += 1
             counts[1] += int(episode.won)
-    by_type: dict[str, list[tuple[int, int]]] = defaultdict(list)
-    for task_id, (n, c) in per_task.items():
-        by_type[types[task_id]].append((n, c))
+
+    def by(name_of: Callable[[Task], str]) -> dict:
+        parts: dict[str, list[tuple[int, int]]] = defaultdict(list)
+        for task_id, (n, c) in per_task.items():
+            if name := name_of(tasks[task_id]):
+                parts[name].append((n, c))
+        return {name: _figures(counts) for name, counts in sorted(parts.items())}
+
     report = _figures([tuple(v) for v in per_task.values()])
     report["env_failures"] = sum(e.env_error is not None for e in episodes)
-    report["per_type"] = {name: _figures(counts) for name, counts in sorted(by_type.items())}
-    by_group: dict[str, list[tuple[int, int]]] = defaultdict(list)   # a benchmark's subsets (OSWorld's domains)
-    for task_id, (n, c) in per_task.items():
-        if groups.get(task_id):
-            by_group[groups[task_id]].append((n, c))
-    report["per_group"] = {name: _figures(counts) for name, counts in sorted(by_group.items())}
+    report["per_type"] = by(task_type)
+    report["per_group"] = by(_task_group)
     return report
 
 
