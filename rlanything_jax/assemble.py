@@ -11,6 +11,7 @@ import os
 import shutil
 from pathlib import Path
 
+import jax
 import jinja2
 from flax import nnx
 
@@ -181,11 +182,11 @@ def loop_settings(cfg: RunConfig, scenario: Scenario) -> LoopSettings:
                               max_context_tokens=rollout.max_prompt_tokens + rollout.max_new_tokens,
                               temperature=rollout.temperature, top_p=rollout.top_p, top_k=rollout.top_k,
                               max_live_episodes=rollout.max_live_episodes,
-                              continuous_batching=rollout.continuous_batching,
+                              continuous_batching=rollout.refills_episodes(jax.default_backend()),
                               overlap_env_steps=rollout.overlap_env_steps, stop_strings=rollout.stop_strings),
         judge=JudgeConfig(num_judgments=reward.num_judgments, max_new_tokens=reward.max_new_tokens,
                           temperature=reward.temperature, top_p=reward.top_p,
-                          continuous_batching=rollout.continuous_batching),
+                          continuous_batching=rollout.refills_rows()),
         signal=signal,
         reward_model_use=reward_model_use,
         unit_tests_in_policy_reward=reward.unit_tests_in_policy_reward,
@@ -214,5 +215,5 @@ def task_generator(cfg: RunConfig, scenario: Scenario, workdir: Path, environmen
                                candidates_per_task=cfg.curriculum.candidates_per_task,
                                temperature=cfg.curriculum.temperature, max_new_tokens=cfg.curriculum.max_new_tokens,
                                seed=derive_seed(cfg.seed, "environment_model"),
-                               continuous_batching=cfg.rollout.continuous_batching)
+                               continuous_batching=cfg.rollout.refills_rows())
     return scenario.task_generator(context)

@@ -18,6 +18,7 @@ from rlanything_jax.trackers import tracker_names
 from rlanything_jax.validation import ConfigError
 
 DTYPES = ("float32", "bfloat16")
+_FLAGS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
 
 # A model given as "package:NAME" is converted once from a PyPI package into a cache directory
 # (models/registry.py); "scratch" (a decoder) and "scratch_vl" (a Qwen3-VL) are built by the run from its own
@@ -132,12 +133,23 @@ class RolloutSection:
     max_prompt_tokens: int = 2048
     max_live_episodes: int = 0   # at most this many episodes (environments, e.g. desktops) at once; 0 = all
     # An ended episode's slot goes to the next at once (else: waves of tasks); judgments and unit tests
-    # likewise refill their rows as generations end (else: fixed chunks).
-    continuous_batching: bool = True
+    # likewise refill their rows as generations end (else: fixed chunks). "auto": rows always refill (2x
+    # faster on a 2-core CPU too), episode slots refill on accelerators and go in waves on CPUs, where a
+    # turn's cost grows with its rows and the waves' shrinking batches took 0.74-0.91x the seconds
+    # (docs/results.md, bench/rollout.py).
+    continuous_batching: bool | str = "auto"
     # Two cohorts of slots take turns: one's environments step while the other decodes (slow environments).
     overlap_env_steps: bool = False
     # Texts that end a policy turn besides the tokenizer's stop tokens (e.g. the reference's "</answer>").
     stop_strings: tuple = ()
+
+    def refills_episodes(self, platform: str) -> bool:
+        """Whether an ended episode's slot goes to the next at once on this JAX platform (else: waves)."""
+        return platform != "cpu" if self.continuous_batching == "auto" else bool(self.continuous_batching)
+
+    def refills_rows(self) -> bool:
+        """Whether judgments, unit tests and rewrites refill their rows as generations end."""
+        return self.continuous_batching is not False
 
     def __post_init__(self):
         validation.positive_int("tasks_per_step", self.tasks_per_step)
@@ -152,7 +164,12 @@ class RolloutSection:
         validation.positive_int("max_new_tokens", self.max_new_tokens)
         validation.positive_int("max_prompt_tokens", self.max_prompt_tokens)
         validation.non_negative_int("max_live_episodes", self.max_live_episodes)
-        validation.boolean("continuous_batching", self.continuous_batching)
+        if isinstance(self.continuous_batching, str) and self.continuous_batching.lower() in _FLAGS:
+            # The command line gives "true"/"false" as text for a key whose default is "auto".
+            object.__setattr__(self, "continuous_batching", _FLAGS[self.continuous_batching.lower()])
+        validation.check("continuous_batching", isinstance(self.continuous_batching, bool)
+                         or self.continuous_batching == "auto", "must be true, false or auto",
+                         self.continuous_batching)
         validation.boolean("overlap_env_steps", self.overlap_env_steps)
         validation.check("stop_strings", isinstance(self.stop_strings, tuple)
                          and all(isinstance(t, str) and t for t in self.stop_strings),

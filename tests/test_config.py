@@ -20,7 +20,8 @@ SPECS = {"configs/default.py": "alfworld", "configs/default.py:cpu": "alfworld",
          "configs/alfworld.py:tpu_v5e_64": "alfworld", "configs/alfworld.py:scratch": "alfworld",
          "configs/alfworld.py:smoke": "alfworld", "configs/coding.py": "coding", "configs/coding.py:cpu": "coding",
          "configs/coding.py:smoke": "coding", "configs/textworld.py": "textworld",
-         "configs/textworld.py:smoke": "textworld"}
+         "configs/textworld.py:smoke": "textworld", "configs/learn.py": "textworld",
+         "configs/learn.py:smoke": "textworld"}
 
 
 @pytest.mark.parametrize("spec", SPECS)
@@ -148,3 +149,20 @@ def test_main_reports_a_bad_workdir_and_a_missing_model_before_any_work(tmp_path
     result = _main("--config=configs/alfworld.py", f"--config.workdir={tmp_path / 'run'}")
     _one_line_error(result, "checkpoints/Qwen2.5-7B-Instruct")
     assert not (tmp_path / "run" / "games").exists()   # checked before the games are built
+
+
+@pytest.mark.parametrize("value, episodes_on_cpu, rows", [("auto", False, True), ("true", True, True),
+                                                          ("false", False, False)])
+def test_rollout_schedule_is_chosen_per_platform(value, episodes_on_cpu, rows):
+    """"auto" (the default): episode slots go in waves on CPUs (measured faster there) and refill on
+    accelerators; judgment rows refill everywhere. true/false force both."""
+    from rlanything_jax.assemble import build_scenario, loop_settings
+
+    cfg = load_config(str(ROOT / "configs/default.py:smoke"), [f"rollout.continuous_batching={value}"])
+    assert cfg.rollout.refills_episodes("cpu") is episodes_on_cpu
+    assert cfg.rollout.refills_episodes("gpu") is (value != "false")
+    settings = loop_settings(cfg, build_scenario(cfg))   # these tests run on the CPU backend
+    assert settings.rollout.continuous_batching is episodes_on_cpu
+    assert settings.judge.continuous_batching is rows
+    with pytest.raises(ConfigError, match="continuous_batching: must be true, false or auto"):
+        load_config(str(ROOT / "configs/default.py:smoke"), ["rollout.continuous_batching=sometimes"])

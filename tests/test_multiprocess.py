@@ -32,7 +32,7 @@ RUN = ["--config=configs/default.py:smoke", "--config.loop.total_steps=2", "--co
        "--config.warm_start.learning_rate=1e-2", "--config.warm_start.batch_size=8",
        "--config.env.step_timeout_s=600", "--config.loop.traces_per_step=0",
        # 3 slots for 8 episodes: episodes join running conversations (continuous batching) on every layout.
-       "--config.rollout.max_live_episodes=3"]
+       "--config.rollout.max_live_episodes=3", "--config.rollout.continuous_batching=true"]
 
 pytestmark = pytest.mark.slow
 # Across processes, gradients are summed over gloo in another order than inside one process: float32

@@ -89,7 +89,8 @@ def sampler_shapes(cfg: RunConfig, role: str, vision_language: bool) -> SamplerS
     if role == "policy":
         episodes = rollout.tasks_per_step * rollout.group_size
         if rollout.max_live_episodes:   # slots refilled one episode at a time, or waves of whole tasks
-            slots = (rollout.max_live_episodes if rollout.continuous_batching
+            # The planner sizes accelerator meshes: "auto" refills slots there.
+            slots = (rollout.max_live_episodes if rollout.refills_episodes("accelerator")
                      else max(1, rollout.max_live_episodes // rollout.group_size) * rollout.group_size)
             episodes = min(episodes, slots)
         rows = bucket_length(episodes, 1)

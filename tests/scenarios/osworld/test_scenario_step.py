@@ -60,7 +60,8 @@ def test_one_rlanything_step_on_two_desktops(tmp_path):
     require_desktop_packages()
     cfg = load_config("configs/osworld.py:smoke", [
         f"workdir={tmp_path}", "env.num_train_tasks=2", "env.num_eval_tasks=1", "rollout.tasks_per_step=1",
-        "rollout.max_live_episodes=2", "rollout.max_turns=2", "tasks.max_steps=2", "rollout.max_new_tokens=24",
+        "rollout.max_live_episodes=2", "rollout.continuous_batching=true",
+        "rollout.max_turns=2", "tasks.max_steps=2", "rollout.max_new_tokens=24",
         "reward.max_new_tokens=32", "reward.band_low=0.0", "reward.band_high=1.0",
         "model.scratch.num_layers=1", "model.scratch.hidden_size=64", "model.scratch.intermediate_size=128",
         "model.scratch.num_heads=2", "model.scratch.num_kv_heads=1", "model.scratch.vocab_size=1024"])
