@@ -53,10 +53,15 @@ class CacheLayout(Protocol):
     [layers, batch, length, kv_heads, head_dim] array for keys and one for values; else one array per layer.
     """
 
-    num_layers: int
-    num_kv_heads: int
-    head_dim: int
-    vocab_size: int
+    # Read-only properties, so that a frozen config dataclass (e.g. `models.DecoderConfig`) satisfies it.
+    @property
+    def num_layers(self) -> int: ...
+    @property
+    def num_kv_heads(self) -> int: ...
+    @property
+    def head_dim(self) -> int: ...
+    @property
+    def vocab_size(self) -> int: ...
 
 
 def cache_is_stacked(layout: CacheLayout) -> bool:
@@ -69,7 +74,9 @@ class CausalLM(Protocol):
     `attention_kernel` (`models.attention_kernels.AttentionKernel`, a static attribute): the sampler's
     attention over its cache then runs that kernel, as the model's own full forward does."""
 
-    config: CacheLayout
+    @property   # read-only: a model's own config class (with more fields) satisfies it
+    def config(self) -> CacheLayout: ...
+
     dtype: Any   # the compute dtype of activations and cached keys and values
 
     def run_layers(self, input_ids: jax.Array, positions: jax.Array, attend: AttendFn, carry: Any,

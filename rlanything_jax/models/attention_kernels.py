@@ -120,6 +120,7 @@ def causal_attention(q: jax.Array, k: jax.Array, v: jax.Array, key_valid: jax.Ar
     elif kernel.name == "splash":
         reason = fused.splash_unsupported(length, k.shape[1])
         if reason is None:
+            assert static_start is not None   # the branch above took a traced start
             query_valid = jax.lax.slice_in_dim(key_valid, static_start, static_start + length, axis=1)
             return fused.splash_attention(q, k, v, query_valid, key_valid, static_start, kernel.interpret)
     if reason is not None:

@@ -7,13 +7,13 @@ table in the config, so the model itself never names a mesh axis.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from rlanything_jax.interfaces import AttendFn, ModelInputs
+from rlanything_jax.interfaces import AttendFn, ModelInputs, SharedPrefixLM
 from rlanything_jax.models.attention_kernels import AttentionKernel, causal_attention, resolve_attention
 from rlanything_jax.models.layer_stack import scan_stacked, stacked_module
 from rlanything_jax.models.linear import linear
@@ -39,8 +39,8 @@ def _init(rngs: nnx.Rngs, shape: Sequence[int], dtype, fan_in: int) -> jax.Array
 class Projection(nnx.Module):
     """A linear map contracting the trailing `len(in_shape)` input dims onto `out_shape`."""
 
-    def __init__(self, in_shape: tuple[int, ...], out_shape: tuple[int, ...], *, in_axes: tuple[str, ...],
-                 out_axes: tuple[str, ...], use_bias: bool, dtype, param_dtype, rngs: nnx.Rngs):
+    def __init__(self, in_shape: tuple[int, ...], out_shape: tuple[int, ...], *, in_axes: tuple[str | None, ...],
+                 out_axes: tuple[str | None, ...], use_bias: bool, dtype, param_dtype, rngs: nnx.Rngs):
         fan_in = 1
         for size in in_shape:
             fan_in *= size
@@ -90,6 +90,8 @@ class Attention(nnx.Module):
                                  use_bias=cfg.qkv_bias, **dims)
         self.o_proj = Projection((h, d), (e,), in_axes=("heads", "head_dim"), out_axes=("embed",),
                                  use_bias=cfg.o_bias, **dims)
+        self.q_norm: RMSNorm | None
+        self.k_norm: RMSNorm | None
         if cfg.qk_norm:
             self.q_norm = RMSNorm(d, cfg.rms_norm_eps, dtype=dtype, param_dtype=param_dtype, axis_name="head_dim")
             self.k_norm = RMSNorm(d, cfg.rms_norm_eps, dtype=dtype, param_dtype=param_dtype, axis_name="head_dim")
@@ -99,7 +101,7 @@ class Attention(nnx.Module):
     def project_qkv(self, x: jax.Array, cos: jax.Array, sin: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
         """Rotated queries and keys and values for x [batch, time, embed]."""
         q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
-        if self.q_norm is not None:
+        if self.q_norm is not None and self.k_norm is not None:   # both or neither
             q, k = self.q_norm(q), self.k_norm(k)
         return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
 
@@ -181,6 +183,7 @@ class Decoder(nnx.Module):
         # Scale 1/sqrt(hidden): a tied output layer then starts with unit-scale logits.
         self.embed = nnx.Param(_init(rngs, (cfg.vocab_size, cfg.hidden_size), param_dtype, cfg.hidden_size),
                                logical_axes=("vocab", "embed"))
+        self.layers: Any   # one stacked DecoderLayer (scan_layers) or an nnx.List of them
         if cfg.scan_layers:
             self.layers = stacked_module(lambda r: DecoderLayer(cfg, dtype=dtype, param_dtype=param_dtype, rngs=r),
                                          cfg.num_layers, rngs)
@@ -333,3 +336,7 @@ def positions_from_mask(attention_mask: jax.Array) -> jax.Array:
     """Position ids that count only real tokens, so left padding does not shift them (pads get 0)."""
     mask = attention_mask.astype(jnp.int32)
     return jnp.maximum(jnp.cumsum(mask, axis=-1) - 1, 0) * mask
+
+
+if TYPE_CHECKING:   # the declared protocol, checked by the type checker (pyproject.toml's [tool.mypy])
+    _implements: type[SharedPrefixLM] = Decoder

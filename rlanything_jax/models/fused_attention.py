@@ -62,6 +62,7 @@ def _splash_kernel(heads: int, q_len: int, kv_len: int, causal_offset: int | Non
     shape = (q_len, kv_len)
     one_head = splash.FullMask(shape) if causal_offset is None else splash.CausalMask(shape, offset=causal_offset)
     bq, bkv = _splash_block(q_len), _splash_block(kv_len)
+    assert bq is not None and bkv is not None   # splash_unsupported checked the lengths
     blocks = splash.BlockSizes(block_q=bq, block_kv=bkv, block_kv_compute=bkv, block_q_dkv=bq, block_kv_dkv=bkv,
                                block_kv_dkv_compute=bkv, block_q_dq=bq, block_kv_dq=bkv)
     return splash.make_splash_mha(splash.MultiHeadMask([one_head] * heads), head_shards=1, q_seq_shards=1,

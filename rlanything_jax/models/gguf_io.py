@@ -23,7 +23,7 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -308,8 +308,10 @@ def gguf_byte_level_tokenizer(reader):
     if len(vocab) != len(tokens):
         raise ConversionError("the GGUF vocabulary repeats a token")
     merges = [tuple(merge.split(" ")) for merge in _string_array(reader, "tokenizer.ggml.merges")]
-    backend = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False))
-    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True)
+    backend = Tokenizer(models.BPE(vocab=vocab, merges=cast(list[tuple[str, str]], merges),   # each a pair
+                                   fuse_unk=False, byte_fallback=False))
+    byte_level: pre_tokenizers.PreTokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True,
+                                                                       use_regex=True)
     if pre == "smollm":
         byte_level = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
     backend.pre_tokenizer = byte_level

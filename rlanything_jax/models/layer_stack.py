@@ -32,7 +32,7 @@ def stacked_module(make: Callable[[nnx.Rngs], nnx.Module], count: int, rngs: nnx
     return nnx.merge(graphdef, state)
 
 
-def scan_stacked(stacked: nnx.Module, step: Callable[[nnx.Module, jax.Array, Any], Any], carry: Any) -> Any:
+def scan_stacked(stacked: nnx.Module, step: Callable[[Any, jax.Array, Any], Any], carry: Any) -> Any:
     """`carry = step(layer, index, carry)` for each layer of a stacked module in order, as one `jax.lax.scan`
     (`index` a traced int32). The parameters are the scan's inputs, so differentiation stacks each layer's
     gradient in place instead of adding into a full-size buffer per layer."""
@@ -64,7 +64,9 @@ def is_stacked_path(path: tuple) -> bool:
 
 def per_layer_path(path: tuple, index: int) -> tuple:
     """('layers', 'attn', ...) -> ('layers', index, 'attn', ...): the unrolled model's path of one layer."""
-    at = _container_at(path) + 1
+    container = _container_at(path)
+    assert container is not None, path   # a stacked parameter's path
+    at = container + 1
     return tuple(path[:at]) + (index,) + tuple(path[at:])
 
 
@@ -80,7 +82,8 @@ def per_layer_getters(path: tuple, value: Any) -> list[tuple[tuple, Callable[[],
     layer's copy at a time), or [(path, getter of the value)] for any other."""
     if not is_stacked_path(path):
         return [(path, lambda: value)]
-    return [(per_layer_path(path, i), lambda i=i: value[i]) for i in range(value.shape[0])]
+    # (mypy cannot type a lambda whose default binds the loop variable)
+    return [(per_layer_path(path, i), lambda i=i: value[i]) for i in range(value.shape[0])]  # type: ignore[misc]
 
 
 def stack_per_layer(read: Callable[[tuple], np.ndarray], path: tuple, count: int) -> np.ndarray:

@@ -68,7 +68,7 @@ class LoRAConfig:
 
     @classmethod
     def of(cls, config: LoRAConfig | Mapping[str, Any]) -> LoRAConfig:
-        return config if isinstance(config, cls) else cls(**config)
+        return config if isinstance(config, LoRAConfig) else cls(**config)
 
 
 class LoRAParam(nnx.Variable):
@@ -114,7 +114,7 @@ def add_adapters(model: nnx.Module, config: LoRAConfig, seed: int = 0) -> nnx.Mo
 
 def split_adapters(model: nnx.Module) -> tuple[nnx.GraphDef, nnx.State, nnx.State]:
     """(graphdef, adapters, base) of a model with adapters; `nnx.merge(graphdef, base, adapters)` rebuilds it."""
-    graphdef, adapters, base = nnx.split(model, LoRAParam, ...)
+    graphdef, adapters, base = nnx.split(model, LoRAParam, ...)  # type: ignore[misc]  # nnx.split's variadic stub
     return graphdef, adapters, base
 
 
@@ -128,7 +128,7 @@ def lora_delta(a: jax.Array, b: jax.Array, lead: int) -> jax.Array:
 def merge_adapters(base: nnx.State, adapters: nnx.State, scale: float) -> nnx.State:
     """The base parameters with each adapted kernel replaced by W + scale * A B (in W's dtype): a pure
     function of the two states, with the base's structure (a model without adapters takes it)."""
-    pairs = {}
+    pairs: dict[tuple, dict] = {}
     for path, variable in nnx.to_flat_state(adapters):
         pairs.setdefault(tuple(path[:-1]), {})[path[-1]] = variable
     flat = []

@@ -21,6 +21,7 @@ def _base_inv_freq(theta: float, head_dim: int) -> np.ndarray:
 
 def _llama3_inv_freq(rope: RopeConfig, inv_freq: np.ndarray) -> np.ndarray:
     old_context = rope.original_max_position_embeddings
+    assert old_context is not None   # rope_from_hf sets it for llama3 and yarn
     low_freq_wavelen = old_context / rope.low_freq_factor
     high_freq_wavelen = old_context / rope.high_freq_factor
     wavelen = 2 * math.pi / inv_freq
@@ -42,9 +43,11 @@ def _yarn_inv_freq(rope: RopeConfig, head_dim: int) -> tuple[np.ndarray, float]:
         attention_factor = _yarn_mscale(rope.factor, rope.mscale) / _yarn_mscale(rope.factor, rope.mscale_all_dim)
     else:
         attention_factor = _yarn_mscale(rope.factor)
+    old_context = rope.original_max_position_embeddings
+    assert old_context is not None   # rope_from_hf sets it for llama3 and yarn
 
     def correction_dim(num_rotations: float) -> float:
-        return (head_dim * math.log(rope.original_max_position_embeddings / (num_rotations * 2 * math.pi))) / (
+        return (head_dim * math.log(old_context / (num_rotations * 2 * math.pi))) / (
             2 * math.log(rope.theta))
 
     low, high = correction_dim(rope.beta_fast), correction_dim(rope.beta_slow)

@@ -108,7 +108,7 @@ def pack_turns(steps: Sequence[Example]) -> Example | None:
         segments.append(Segment(len(response), len(response) + len(step.response_ids), float(step.advantage)))
         response += list(step.response_ids)
         old += list(step.old_logprobs)
-        ref += list(step.ref_logprobs) if with_ref else []
+        ref += list(step.ref_logprobs) if step.ref_logprobs is not None else []   # all steps or none (above)
         sequence = step_prompt + list(step.response_ids)
     # Each step's prompt holds the previous steps' images and perhaps a new one: the last step's are all.
     return Example(prompt, response, 0.0, old, ref if with_ref else None, tuple(segments), steps[-1].images,
@@ -135,6 +135,7 @@ def unpack(example: Example, image_token_id: int | None = None, merge_size: int 
     keeps those its prompt holds, which needs the image pad id)."""
     prompt, response = list(example.prompt_ids), list(example.response_ids)
     ref = example.ref_logprobs
+    assert example.segments is not None   # a packed example
     last = len(example.segments) - 1
     return [Example(prompt + response[:s], response[s:e], a, list(example.old_logprobs[s:e]),
                     None if ref is None else list(ref[s:e]),
@@ -178,6 +179,7 @@ def _prepare_packed(ex: Example, cfg: DataConfig, counts: dict[str, int]) -> lis
     """The plain rules per segment. A segment without EOS gets the sequence's next token trained when that
     is the EOS (what its plain example appends); the last one gets an EOS appended. Too long: per step."""
     counts["packed"] += 1
+    assert ex.segments is not None   # a packed example
     bounds = [0] + [x for seg in ex.segments for x in seg[:2]] + [len(ex.response_ids)]
     if any(x > y for x, y in zip(bounds, bounds[1:])):
         raise ValueError("a packed example's segments must be ordered, disjoint spans of its response")
@@ -307,8 +309,10 @@ def collate(examples: Sequence[Example], cfg: DataConfig) -> TrainBatch:
     def cut(x):  # the last `window` columns
         return None if x is None else x[:, width - window:]
 
-    batch = TrainBatch(input_ids=ids, attention_mask=attention, targets=cut(targets), loss_mask=cut(loss_mask),
-                       old_logp=cut(old), advantages=advantages if advantages.ndim == 1 else cut(advantages),
+    # A host batch: numpy arrays in the jax.Array fields until `Learner.place` puts them on the devices.
+    batch = TrainBatch(input_ids=ids, attention_mask=attention, targets=cut(targets),  # type: ignore[arg-type]
+                       loss_mask=cut(loss_mask), old_logp=cut(old),
+                       advantages=advantages if advantages.ndim == 1 else cut(advantages),  # type: ignore[arg-type]
                        ref_logp=cut(ref))
     if any(e.images for e in examples):
         batch = batch.replace(**_image_arrays(examples, ids, attention, cfg))
@@ -328,6 +332,7 @@ def _image_arrays(examples: Sequence[Example], ids: np.ndarray, attention: np.nd
     pixel_values = np.zeros((ids.shape[0], size, patch_dim), np.float32)
     positions = np.zeros((ids.shape[0], 3, ids.shape[1]), np.int32)
     layouts, first_segment = [], 0
+    assert cfg.image_token_id is not None   # prepare_examples requires it for examples with images
     for row, row_images in enumerate(images):
         if row_images:
             packed = np.concatenate([image.pixel_values for image in row_images])

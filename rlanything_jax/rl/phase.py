@@ -21,7 +21,6 @@ import dataclasses
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import jax
 import numpy as np
@@ -57,8 +56,9 @@ class Learner:
     """What one model's phases need: its graph, optimizer, data rules and compiled steps."""
 
     graphdef: nnx.GraphDef
-    # A config's train.policy / train.reward section; a mapping is converted (its keys are TrainConfig's).
-    train_config: TrainConfig | Mapping[str, Any]
+    # A config's train.policy / train.reward section; a mapping is converted (its keys are TrainConfig's) by
+    # __post_init__, so the field is a TrainConfig from then on.
+    train_config: TrainConfig
     mesh: Mesh
     eos_id: int
     pad_id: int
@@ -107,6 +107,7 @@ class Learner:
             cfg = self.train_config
             # The batch's loss weights carry cfg.aggregation (see the module docstring).
             graphdef = self.graphdef if state.base is None else self.train_graphdef
+            assert graphdef is not None   # fresh_state sets train_graphdef with the LoRA base
             spec = TrainSpec(graphdef=graphdef, tx=self.tx, clip_eps=cfg.clip_eps, kl_beta=cfg.kl_beta,
                              aggregation="token_mean", num_micro_batches=num_micro, remat=cfg.remat)
             self.compiled[key] = jit_train_step(spec, state, batch, self.mesh, self.rules)

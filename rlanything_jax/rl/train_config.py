@@ -107,4 +107,4 @@ class TrainConfig:
     @classmethod
     def of(cls, config: TrainConfig | Mapping[str, Any]) -> TrainConfig:
         """`config` itself, or a TrainConfig of a mapping's keys (unknown keys are a TypeError)."""
-        return config if isinstance(config, cls) else cls(**config)
+        return config if isinstance(config, TrainConfig) else cls(**config)

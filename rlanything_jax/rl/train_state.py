@@ -17,8 +17,7 @@ from rlanything_jax.models.lora import merge_adapters
 from rlanything_jax.rl.train_config import TrainConfig
 
 
-@struct.dataclass
-class TrainState:
+class TrainState(struct.PyTreeNode):   # struct.dataclass with a typed `replace`
     step: jax.Array          # int32 []: optimizer updates taken
     params: nnx.State        # trained parameters (nnx.Param leaves of the model)
     opt_state: Any           # optax state, persisting across RL steps
@@ -87,7 +86,8 @@ def train_state_shardings(state_shapes: TrainState, tx: optax.GradientTransforma
         tx, lambda leaf, sharding: leaf if isinstance(leaf, optax.MaskedNode) else sharding,
         state_shapes.opt_state, param_shardings, transform_non_params=lambda _: replicated,
         is_leaf=lambda x: isinstance(x, optax.MaskedNode))
-    return TrainState(step=replicated, params=param_shardings, opt_state=opt_shardings,
+    # A TrainState of shardings (the state's pytree structure), not of arrays.
+    return TrainState(step=replicated, params=param_shardings, opt_state=opt_shardings,  # type: ignore[arg-type]
                       reference=None if state_shapes.reference is None else param_shardings,
                       master=None if state_shapes.master is None else param_shardings,
                       base=None if state_shapes.base is None else sharding_lib.state_shardings(

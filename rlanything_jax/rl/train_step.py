@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import MutableMapping
-from typing import Any
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
@@ -39,8 +39,7 @@ from rlanything_jax.rl.losses import PPOSums, ppo_clip_k3_sums, ppo_loss_from_su
 from rlanything_jax.rl.train_state import TrainState, train_state_shardings
 
 
-@struct.dataclass
-class TrainBatch:
+class TrainBatch(struct.PyTreeNode):   # struct.dataclass with a typed `replace`
     input_ids: jax.Array
     attention_mask: jax.Array
     targets: jax.Array
@@ -107,12 +106,14 @@ def token_logprobs(graphdef: nnx.GraphDef, params: nnx.State | tuple[nnx.State, 
     return model.target_logprobs(hidden, targets)
 
 
-def _micro_objective(params: nnx.State, micro: TrainBatch, spec: TrainSpec,
-                     reference: nnx.State | None = None, base: nnx.State | None = None) -> tuple[jax.Array, PPOSums]:
+def _micro_objective(params: nnx.State | tuple[nnx.State, Any], micro: TrainBatch, spec: TrainSpec,
+                     reference: nnx.State | tuple[nnx.State, Any] | None = None,
+                     base: nnx.State | None = None) -> tuple[jax.Array, PPOSums]:
     """The micro-batch's summed loss (to differentiate) and its sums. With frozen `reference` parameters,
     the KL is taken against their log-probabilities (a forward pass, no gradient), not the batch's. With a
     frozen LoRA `base`, `params` (and `reference`) are adapters of it: only they get gradients."""
-    prefixes = None if micro.prefix_ids is None else (micro.prefix_ids, micro.prefix_mask, micro.prefix_index)
+    prefixes = None if micro.prefix_ids is None else cast(   # the three prefix fields are set together
+        tuple[jax.Array, jax.Array, jax.Array], (micro.prefix_ids, micro.prefix_mask, micro.prefix_index))
     if base is not None:
         base = jax.lax.stop_gradient(base)
         params, reference = (base, params), None if reference is None else (base, reference)
@@ -121,6 +122,7 @@ def _micro_objective(params: nnx.State, micro: TrainBatch, spec: TrainSpec,
     # NaN marks tokens the sampler never scored (an appended EOS): treat them as on-policy.
     on_policy = jax.lax.stop_gradient(logp)
     old_logp = jnp.where(jnp.isnan(micro.old_logp), on_policy, micro.old_logp)
+    ref_logp: jax.Array | None
     if reference is not None:
         ref_logp = jax.lax.stop_gradient(token_logprobs(spec.graphdef, reference, micro.input_ids,
                                                         micro.attention_mask, micro.targets, prefixes,
@@ -150,6 +152,7 @@ def train_step(state: TrainState, batch: TrainBatch, spec: TrainSpec) -> tuple[T
         return _apply(state, grads, sums, spec)
     micro_batches = jax.tree.map(lambda x: x.reshape((k, x.shape[0] // k) + x.shape[1:]), batch)
     if batch.prefix_index is not None:  # indices into each micro-batch's own chunk of prefixes
+        assert batch.prefix_ids is not None   # set together with prefix_index
         chunk = batch.prefix_ids.shape[0] // k
         micro_batches = micro_batches.replace(
             prefix_index=micro_batches.prefix_index - (jnp.arange(k, dtype=jnp.int32) * chunk)[:, None])
@@ -257,7 +260,8 @@ def jit_train_step(spec: TrainSpec, state: TrainState, batch: TrainBatch, mesh: 
         new, metrics = step(state.replace(base=None), state.base, batch)
         return new.replace(base=state.base), metrics
 
-    run.lower = lambda s, b: _LoweredStep(step.lower(s.replace(base=None), s.base, b))   # planner, benches
+    # planner, benches (a function attribute, as jit's own `.lower`)
+    run.lower = lambda s, b: _LoweredStep(step.lower(s.replace(base=None), s.base, b))  # type: ignore[attr-defined]
     return run
 
 

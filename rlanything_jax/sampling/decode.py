@@ -29,8 +29,7 @@ from rlanything_jax.models.layer_stack import LAYERS_AXIS
 from rlanything_jax.sampling.strategies import SamplingStrategy
 
 
-@struct.dataclass
-class KVCache:
+class KVCache(struct.PyTreeNode):   # struct.dataclass with a typed `replace`
     # Unrolled layers: one [batch, length, kv_heads, head_dim] array per layer, so a layer's in-place update
     # never touches (or makes XLA copy) the other layers' buffers. Scanned layers (`scan_layers`): one
     # [layers, batch, length, kv_heads, head_dim] array, updated in place at the scan's traced layer index.
@@ -39,8 +38,7 @@ class KVCache:
     valid: jax.Array  # [batch, length] bool: the column holds a real token of that row
 
 
-@struct.dataclass
-class DecodeState:
+class DecodeState(struct.PyTreeNode):   # struct.dataclass with a typed `replace`
     cache: KVCache
     write_index: jax.Array    # int32 []: next free cache column, shared by all rows
     positions: jax.Array      # int32 [batch]: rotary position of each row's next token
@@ -58,10 +56,12 @@ CACHE_AXES = ("batch", "length", "kv_heads", "head_dim")
 def state_logical_axes(num_layers: int, scan_layers: bool = False) -> DecodeState:
     """Logical axes of each DecodeState leaf, for `sharding.logical_to_spec`."""
     layer_axes = (LAYERS_AXIS,) + CACHE_AXES if scan_layers else (CACHE_AXES,) * num_layers
+    # A DecodeState of axis-name tuples in place of arrays (the pytree structure that tree.map pairs up).
     return DecodeState(
-        cache=KVCache(k=layer_axes, v=layer_axes, valid=("batch", "length")),
-        write_index=(), positions=("batch",), logits=("batch", "vocab"), done=("batch",),
-        tokens=("batch", "length"), logprobs=("batch", "length"), num_generated=("batch",), rng=(None,),
+        cache=KVCache(k=layer_axes, v=layer_axes, valid=("batch", "length")),  # type: ignore[arg-type]
+        write_index=(), positions=("batch",), logits=("batch", "vocab"), done=("batch",),  # type: ignore[arg-type]
+        tokens=("batch", "length"), logprobs=("batch", "length"), num_generated=("batch",),  # type: ignore[arg-type]
+        rng=(None,),  # type: ignore[arg-type]
     )
 
 
@@ -206,7 +206,8 @@ def replicate_rows(state: DecodeState, num_rows: jax.Array, num_samples: jax.Arr
         return jnp.take(leaf, source, axis=axes.index("batch")) if "batch" in axes else leaf
 
     stacked = not isinstance(state.cache.k, tuple)
-    axes = state_logical_axes(state.cache.k.shape[0] if stacked else len(state.cache.k), stacked)
+    axes = state_logical_axes(len(state.cache.k) if isinstance(state.cache.k, tuple) else state.cache.k.shape[0],
+                              stacked)
     state = jax.tree.map(take, axes, state, is_leaf=is_axes)
     return state.replace(cache=state.cache.replace(valid=state.cache.valid & real[:, None]),
                          done=state.done | ~real)

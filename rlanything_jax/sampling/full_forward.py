@@ -45,7 +45,7 @@ def greedy_generate(model: CausalLM, prompts: Sequence[Sequence[int]], max_new_t
         last = np.full(batch, position - 1, np.int32)
         logits = _next_token_logits(model, jnp.asarray(tokens), jnp.asarray(valid), jnp.asarray(last))
         next_tokens = np.asarray(jnp.argmax(logits, axis=-1))
-        for row in np.flatnonzero(~done):
+        for row in np.flatnonzero(~done).tolist():
             outputs[row].append(int(next_tokens[row]))
             done[row] = int(next_tokens[row]) in stops
         tokens[:, position] = next_tokens

@@ -12,7 +12,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -94,7 +94,8 @@ class Sampler:
         """Swaps in new weights of the same structure, shapes and dtypes: no recompilation."""
         old = jax.tree.map(lambda a: (a.shape, a.dtype), self.params)
         new = jax.tree.map(lambda a: (a.shape, a.dtype), params)
-        if jax.tree.structure(old) != jax.tree.structure(new) or old != new:
+        # (jax's PyTreeDef stub declares no `!=`)
+        if jax.tree.structure(old) != jax.tree.structure(new) or old != new:  # type: ignore[operator]
             raise ValueError("update_params needs parameters with the sampler's structure, shapes and dtypes")
         self.params = multihost.to_device(params, self._param_shardings)
 
@@ -132,6 +133,8 @@ class Sampler:
         counter = self.compilations
 
         donate = (1,)  # the decode state; it follows the params
+        program: Callable[..., Any]   # each kind's own signature
+        in_shardings: tuple[Any, ...]
         rows = self._rows_sharding(state, 1)   # a prefill's activations stay split by rows (decode_lib)
         if kind == "prefill":
             def program(params, state, tokens, valid):
@@ -303,6 +306,7 @@ class Sampler:
             if self._vision is None:
                 raise ValueError("images need a vision-language model (one with a vl_config)")
             inputs = self._vision.inputs(self.params, multihost.to_host(state.positions), tokens, valid, images)
+            assert inputs.embeddings is not None   # the images' features
             program = self._program("prefill_images", state, window=window, image_tokens=inputs.embeddings.shape[0])
             tokens, valid = multihost.to_device((tokens, valid), self._rows_sharding(state, 2))
             conversation.state = program(self.params, state, tokens, valid, inputs)

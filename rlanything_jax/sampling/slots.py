@@ -17,7 +17,7 @@ for the same seed (but are reproducible).
 from __future__ import annotations
 
 from collections import Counter, deque
-from typing import Sequence
+from typing import Sequence, cast
 
 import numpy as np
 
@@ -68,7 +68,7 @@ def generate_in_slots(sampler: Sampler, prompts: Sequence[Sequence[int]], max_ne
         metrics[f"{tag}/slot_steps"] += (run.conversation.used_columns - columns) * run.capacity
         run.read_out(before, stops)
         lines.update(sum(out is not None for out in run.out))
-    return run.out
+    return cast(list[Completion], run.out)   # every output is filled by now
 
 
 class _Slots:
@@ -82,7 +82,7 @@ class _Slots:
         self.queue = deque(range(len(prompts)))
         self.out: list[Completion | None] = [None] * (len(prompts) * num_samples)
         self.owner: list[int | None] = []
-        self.conversation: Conversation | None = None
+        self.conversation: Conversation   # the first fill() starts it
 
     def live_rows(self) -> list[int]:
         return [row for row, index in enumerate(self.owner) if index is not None]
@@ -152,7 +152,7 @@ class _Slots:
         for row in self.live_rows():
             self.metrics[f"{self.tag}/busy_slot_steps"] += int(counts[row] - before[row])
             if done[row]:
-                self.out[self.owner[row]] = completion_of(
+                self.out[cast(int, self.owner[row])] = completion_of(   # a live row's output
                     tokens[row, :counts[row]].tolist(), logprobs[row, :counts[row]].tolist(),
                     self.sampler.tokenizer, stops, (), self.max_new_tokens)
                 self.owner[row] = None

@@ -62,7 +62,7 @@ def completion_of(ids: list[int], lps: list[float], tokenizer: Any, stops: set[i
     body = ids[:-1] if reason == "stop" else ids
     text = tokenizer.decode(body) if tokenizer is not None else None
     hit = _first_stop(text, stop_strings) if text is not None else None
-    if hit is not None:
+    if hit is not None and text is not None:
         index, stop = hit
         kept = _tokens_through_stop(tokenizer, body, stop)
         return Completion(ids[:kept], lps[:kept], text[:index], "stop_string")

@@ -8,7 +8,7 @@ latter, which transformers' `Qwen3VLForConditionalGeneration.from_pretrained` lo
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, cast
 
 from rlanything_jax.models.model_config import DecoderConfig, RopeConfig, UnsupportedCheckpointError
 
@@ -133,7 +133,8 @@ class Qwen3VLConfig:
         token_ids = {key: hf[key] for key in ("image_token_id", "video_token_id", "vision_start_token_id",
                                               "vision_end_token_id") if hf.get(key) is not None}
         return cls(text=DecoderConfig.from_hf(text), vision=VisionConfig.from_hf(hf.get("vision_config") or {}),
-                   mrope_section=mrope_section, **token_ids)
+                   mrope_section=cast(tuple[int, int, int], mrope_section),   # __post_init__ checks it has 3
+                   **token_ids)
 
     def to_hf(self, dtype: str = "float32") -> dict[str, Any]:
         text = self.text.to_hf(dtype)

@@ -83,7 +83,7 @@ class Qwen3VL(Decoder):
         """Image embeddings [N, embed] (N = image tokens of all images, in order) and DeepStack features
         [levels, N, embed]. `image_grid_thw` is host data; the patches are padded to a bucket
         (`patches.bucket_patches`), so the tower compiles per bucket, not per set of grids."""
-        grids = [tuple(int(v) for v in grid) for grid in np.asarray(image_grid_thw).reshape(-1, 3)]
+        grids = [(int(t), int(h), int(w)) for t, h, w in np.asarray(image_grid_thw).reshape(-1, 3)]
         total = sum(t * h * w for t, h, w in grids)
         layout = self.visual.layout(grids, bucket_patches(total))
         padded = jnp.pad(jnp.asarray(pixel_values), ((0, layout.size - total), (0, 0)))
@@ -103,6 +103,7 @@ class Qwen3VL(Decoder):
             cos, sin = self.rope(positions)
         after_layer = None
         if inputs.embeddings is not None:
+            assert inputs.placeholder is not None   # embeddings come with their placeholder
             placeholder = inputs.placeholder.astype(jnp.bool_)
             rows = _placeholder_rows(placeholder, per_row=inputs.embeddings.ndim == 3)
             x = scatter_at_placeholders(x, placeholder, rows, inputs.embeddings)
@@ -140,6 +141,7 @@ class Qwen3VL(Decoder):
             embeddings = image_embeddings.reshape(rows, -1, image_embeddings.shape[-1])
             deepstack = image_deepstack.reshape(image_deepstack.shape[0], rows, -1, image_deepstack.shape[-1])
         else:
+            assert deepstack is not None   # cached features: embeddings and their deepstack
             deepstack = jnp.moveaxis(deepstack, 1, 0)
         return ModelInputs(embeddings=embeddings, placeholder=input_ids == self.vl_config.image_token_id,
                            position_ids=jnp.moveaxis(mrope_positions, 1, 0), deepstack=deepstack)
@@ -150,6 +152,7 @@ class Qwen3VL(Decoder):
         M-RoPE positions. None for text-only input."""
         if pixel_values is None:
             return None
+        assert image_grid_thw is not None   # the images' grids come with their pixels
         cfg = self.vl_config
         position_ids, _ = processor.get_rope_index(np.asarray(input_ids), np.asarray(image_grid_thw),
                                                    cfg.image_token_id, attention_mask,
@@ -165,8 +168,8 @@ class Qwen3VL(Decoder):
                  pixel_values: jax.Array | None = None, image_grid_thw: np.ndarray | None = None) -> jax.Array:
         mask = None if attention_mask is None else np.asarray(attention_mask)
         inputs = self.multimodal_inputs(np.asarray(input_ids), mask, pixel_values, image_grid_thw)
-        mask = jnp.ones(np.shape(input_ids), jnp.int32) if mask is None else jnp.asarray(mask, jnp.int32)
-        return _forward_logits(self, jnp.asarray(input_ids, jnp.int32), mask, inputs)
+        full_mask = jnp.ones(np.shape(input_ids), jnp.int32) if mask is None else jnp.asarray(mask, jnp.int32)
+        return _forward_logits(self, jnp.asarray(input_ids, jnp.int32), full_mask, inputs)
 
 
 # One compiled program per (model, patch bucket): the layout is data.

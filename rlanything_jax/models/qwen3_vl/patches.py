@@ -60,7 +60,7 @@ def patch_layout(grids: Sequence[Grid], merge: int, size: int | None = None, fir
     """The layout of `grids`' patches, in order, padded to `size` patches (default: exactly theirs). Segments
     start at `first_segment`, so that rows of a batch packed one after another (`next_segment`) keep
     them increasing, as `vision.segment_attention` needs."""
-    grids = [tuple(int(v) for v in grid) for grid in grids]
+    grids = [(int(t), int(h), int(w)) for t, h, w in grids]
     total = sum(t * h * w for t, h, w in grids)
     size = total if size is None else size
     if size < total or size % (merge * merge):

@@ -209,6 +209,6 @@ def prepare_prompt(token_ids: Sequence[int], images: Sequence[Image.Image | np.n
     prepared = []
     for image in images:
         pixel_values, grid = preprocess_images([image], cfg)
-        prepared.append(ImageInput(pixel_values, tuple(int(v) for v in grid[0])))
+        prepared.append(ImageInput(pixel_values, (int(grid[0][0]), int(grid[0][1]), int(grid[0][2]))))
     grids = np.asarray([item.grid_thw for item in prepared], np.int64).reshape(-1, 3)
     return expand_image_pads(token_ids, grids, image_token_id, cfg.merge_size), prepared

@@ -14,7 +14,7 @@ blocked path, `xla` the dense scores, `cudnn` and `splash` the accelerators' fus
 from __future__ import annotations
 
 import functools
-from typing import Sequence
+from typing import Any, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -49,7 +49,7 @@ class LayerNorm(nnx.Module):
         return (normed * self.scale[...].astype(jnp.float32) + self.bias[...].astype(jnp.float32)).astype(self.dtype)
 
 
-def vision_rope(coords: jax.Array, head_dim: int, theta: float) -> tuple[jax.Array, jax.Array]:
+def vision_rope(coords: jax.Array | np.ndarray, head_dim: int, theta: float) -> tuple[jax.Array, jax.Array]:
     """cos, sin [N, head_dim] float32 of the axial 2-D RoPE at patch coordinates [N, 2] (row, col): a quarter
     of the dims per axis, [row, col] twice."""
     quarter = head_dim // 4
@@ -288,6 +288,7 @@ class VisionTower(nnx.Module):
                                    logical_axes=(None, "embed"))
         # `scan_blocks`: the blocks stacked and run as one scan (models/layer_stack.py), as the text layers.
         self.scan_blocks = scan_blocks
+        self.blocks: Any   # one stacked VisionBlock (scan_blocks) or an nnx.List of them
         if scan_blocks:
             self.blocks = stacked_module(lambda r: VisionBlock(cfg, attention=attention, dtype=dtype,
                                                                param_dtype=param_dtype, rngs=r), cfg.depth, rngs)
