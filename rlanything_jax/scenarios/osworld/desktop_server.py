@@ -24,10 +24,12 @@ import socket
 import socketserver
 import subprocess
 import tempfile
+import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 EXECUTE_TIMEOUT_S = 120          # the reference server's subprocess timeout
+OPEN_WINDOW_TIMEOUT_S = 90       # `open` waits for a window titled with the file's name (the reference: 1800 s)
 TERMINAL_LOG_DIR = "/tmp/rla-terminal"   # the session's terminals log their screen text here
 MAX_REQUEST_BYTES = 1 << 30
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[()][0-9A-Za-z]|\x1b[=>]")
@@ -152,7 +154,14 @@ def open_file(data):
                          stderr=subprocess.DEVNULL, start_new_session=True)
     except OSError as error:
         return 500, f"Failed to open {path}: {error}"
-    return 200, "File opened successfully"
+    name = os.path.basename(path.rstrip("/")) or path
+    deadline = time.monotonic() + OPEN_WINDOW_TIMEOUT_S
+    while time.monotonic() < deadline:   # as the reference: done when a window's title names the file
+        titles = subprocess.run(["wmctrl", "-l"], capture_output=True, text=True, timeout=10).stdout
+        if name in titles:
+            return 200, "File opened successfully"
+        time.sleep(0.25)
+    return 404, f"File opened but window {name} not found within {OPEN_WINDOW_TIMEOUT_S} seconds"
 
 
 def _fallback_opener(path):

@@ -44,7 +44,10 @@ _SYSTEM_TREES = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _ETC_ENTRIES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "timezone", "fonts", "X11", "xdg",
                 "alternatives", "bash.bashrc", "profile", "profile.d", "inputrc", "nsswitch.conf", "mime.types",
                 "mailcap", "dbus-1", "terminfo", "magic", "magic.mime", "vim", "python3", "python3.11", "shells",
-                "environment", "login.defs", "gtk-3.0", "pulse")
+                "environment", "login.defs", "gtk-3.0", "pulse",
+                # the desktop applications (`bash scripts/setup.sh --desktop-apps`): their system configuration
+                "libreoffice", "gimp", "thunderbird", "chromium", "chromium.d", "vlc", "ssl", "ca-certificates",
+                "gtk-2.0", "sound", "papersize")
 
 
 class DesktopUnavailable(RuntimeError):

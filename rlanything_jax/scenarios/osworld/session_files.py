@@ -37,6 +37,7 @@ while [ ! -S /tmp/.X11-unix/X{display_number} ]; do
   fi
   sleep 0.025
 done
+cp -r {inside}/home/. "$HOME"/   # the applications' first-start settings (session_files.HOME_FILES)
 eval "$(dbus-launch --sh-syntax)"
 export DBUS_SESSION_BUS_ADDRESS
 openbox --config-file {inside}/openbox-rc.xml >/tmp/openbox.log 2>&1 &
@@ -93,6 +94,29 @@ fi
 exec "$@"
 """
 
+# OSWorld's tasks launch Chrome as `google-chrome` and read its profile under ~/.config/google-chrome;
+# Debian has Chromium. The browser runs from a link named `chrome` so that a task's `pkill chrome` finds it
+# (its own sandbox needs namespaces the session's sandbox does not give; the session is the sandbox).
+_GOOGLE_CHROME = """#!/bin/sh
+exec {inside}/lib/chrome --no-sandbox --no-first-run --no-default-browser-check --password-store=basic \\
+  --user-data-dir="$HOME/.config/google-chrome" "$@"
+"""
+
+# Settings the applications would otherwise ask about at their first start (OSWorld's VM has them set):
+# LibreOffice's tip of the day, VLC's privacy question.
+HOME_FILES = {
+    ".config/libreoffice/4/user/registrymodifications.xcu": """<?xml version="1.0" encoding="UTF-8"?>
+<oor:items xmlns:oor="http://openoffice.org/2001/registry" xmlns:xs="http://www.w3.org/2001/XMLSchema" \
+xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance">
+<item oor:path="/org.openoffice.Office.Common/Misc"><prop oor:name="ShowTipOfTheDay" oor:op="fuse">\
+<value>false</value></prop></item>
+<item oor:path="/org.openoffice.Setup/Office"><prop oor:name="FirstStartWizardCompleted" oor:op="fuse">\
+<value>true</value></prop></item>
+</oor:items>
+""",
+    ".config/vlc/vlcrc": "[qt] # Qt interface\nqt-privacy-ask=0\n",
+}
+
 _PASSWD = "root:x:0:0:root:/root:/usr/sbin/nologin\nuser:x:{uid}:{uid}:user:{home}:/bin/bash\n" \
           "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
 _GROUP = "root:x:0:\nsudo:x:27:user\nuser:x:{uid}:\nnogroup:x:65534:\n"
@@ -124,6 +148,7 @@ def write_session_files(directory: Path, width: int, height: int, depth: int = 2
                                               run_dir=INSIDE_RUN_DIR, socket=SOCKET_NAME),
         "bin/rla-terminal": _TERMINAL,
         "bin/sudo": _SUDO.format(password=sudo_password.replace("'", "")),
+        "bin/google-chrome": _GOOGLE_CHROME.format(inside=INSIDE_DIR),
     }
     files = {
         "openbox-rc.xml": _OPENBOX_RC,
@@ -132,6 +157,7 @@ def write_session_files(directory: Path, width: int, height: int, depth: int = 2
         "etc/hosts": _HOSTS,
         "etc/hostname": "rla-desktop\n",
         "etc/machine-id": uuid.uuid4().hex + "\n",   # dbus refuses to start without one
+        **{f"home/{name}": text for name, text in HOME_FILES.items()},
     }
     for name, text in {**executables, **files}.items():
         path = directory / name
@@ -143,6 +169,8 @@ def write_session_files(directory: Path, width: int, height: int, depth: int = 2
     os.symlink("/usr/bin/python3", directory / "bin" / "python")          # actions run `python -c`
     os.symlink("rla-terminal", directory / "bin" / "gnome-terminal")      # tasks may launch it by name
     os.symlink("rla-terminal", directory / "bin" / "x-terminal-emulator")
+    (directory / "lib").mkdir()
+    os.symlink("/usr/lib/chromium/chromium", directory / "lib" / "chrome")
     for path in [directory, *directory.rglob("*")]:
         if path.is_dir() and not path.is_symlink():
             path.chmod(0o755)
