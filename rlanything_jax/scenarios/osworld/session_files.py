@@ -103,7 +103,8 @@ exec {inside}/lib/chrome --no-sandbox --no-first-run --no-default-browser-check 
 """
 
 # Settings the applications would otherwise ask about at their first start (OSWorld's VM has them set):
-# LibreOffice's tip of the day, VLC's privacy question.
+# LibreOffice's tip of the day, its Keep Current Format question on Ctrl+S (tasks save xlsx, docx and pptx with
+# Ctrl+S alone), Impress's template chooser, VLC's privacy question.
 HOME_FILES = {
     ".config/libreoffice/4/user/registrymodifications.xcu": """<?xml version="1.0" encoding="UTF-8"?>
 <oor:items xmlns:oor="http://openoffice.org/2001/registry" xmlns:xs="http://www.w3.org/2001/XMLSchema" \
@@ -112,6 +113,10 @@ xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance">
 <value>false</value></prop></item>
 <item oor:path="/org.openoffice.Setup/Office"><prop oor:name="FirstStartWizardCompleted" oor:op="fuse">\
 <value>true</value></prop></item>
+<item oor:path="/org.openoffice.Office.Common/Save/Document"><prop oor:name="WarnAlienFormat" oor:op="fuse">\
+<value>false</value></prop></item>
+<item oor:path="/org.openoffice.Office.Impress/Misc"><prop oor:name="StartWithTemplate" oor:op="fuse">\
+<value>false</value></prop></item>
 </oor:items>
 """,
     ".config/vlc/vlcrc": "[qt] # Qt interface\nqt-privacy-ask=0\n",
