@@ -24,6 +24,7 @@ import socket
 import socketserver
 import subprocess
 import tempfile
+import threading
 import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -63,12 +64,18 @@ def execute(data):
     return 200, {"status": "success", "output": done.stdout, "error": done.stderr, "returncode": done.returncode}
 
 
+def _reaped(process):
+    """Waits for a started program in a thread, so that it leaves no zombie behind (a task's `pkill app`
+    followed by a wait for the app to be gone must see it gone)."""
+    threading.Thread(target=process.wait, daemon=True).start()
+
+
 def launch(data):
     command, shell = _command_from(data)
     try:
         # no pipes: a launched app must never hold a request open (OSWORLD.md: `cmd &` blocks /execute)
-        subprocess.Popen(command, shell=shell, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL, start_new_session=True)
+        _reaped(subprocess.Popen(command, shell=shell, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL, start_new_session=True))
     except Exception as error:
         return 500, {"status": "error", "message": str(error)}
     return 200, f"{command if shell else ' '.join(command)} launched successfully"
@@ -150,8 +157,8 @@ def open_file(data):
     else:
         return 404, "File not found"
     try:
-        subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL, start_new_session=True)
+        _reaped(subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL, start_new_session=True))
     except OSError as error:
         return 500, f"Failed to open {path}: {error}"
     name = os.path.basename(path.rstrip("/")) or path

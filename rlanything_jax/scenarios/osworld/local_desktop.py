@@ -50,6 +50,20 @@ _ETC_ENTRIES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "timez
                 "gtk-2.0", "sound", "papersize")
 
 
+CHROMIUM_DIR = "/usr/lib/chromium"
+CHROME_DIR = "/opt/google/chrome"   # Google Chrome's layout: tasks `pkill chrome`, so the browser runs as `chrome`
+
+
+def _chrome_binds() -> list[str]:
+    """Debian's Chromium at Google Chrome's place, its binary named `chrome` (session_files' google-chrome)."""
+    if not os.path.isfile(f"{CHROMIUM_DIR}/chromium"):
+        return []
+    binds = []
+    for entry in sorted(os.listdir(CHROMIUM_DIR)):
+        binds += ["--ro-bind", f"{CHROMIUM_DIR}/{entry}", f"{CHROME_DIR}/{entry}"]
+    return binds + ["--ro-bind", f"{CHROMIUM_DIR}/chromium", f"{CHROME_DIR}/chrome"]
+
+
 class DesktopUnavailable(RuntimeError):
     """A session could not be started (missing packages, or it died while starting)."""
 
@@ -231,7 +245,7 @@ class LocalDesktop:
             args += ["--ro-bind", str(files / "etc" / name), f"/etc/{name}"]
         home = session_files.SESSION_HOME
         args += ["--dir", home, "--dir", f"{home}/Desktop", "--dir", f"{home}/Documents", "--dir", f"{home}/Downloads",
-                 "--ro-bind", str(files), session_files.INSIDE_DIR,
+                 *_chrome_binds(), "--ro-bind", str(files), session_files.INSIDE_DIR,
                  "--bind", str(run_dir), session_files.INSIDE_RUN_DIR,
                  "--chdir", home, "/bin/sh", f"{session_files.INSIDE_DIR}/start-session"]
         return args

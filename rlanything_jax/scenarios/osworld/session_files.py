@@ -95,10 +95,11 @@ exec "$@"
 """
 
 # OSWorld's tasks launch Chrome as `google-chrome` and read its profile under ~/.config/google-chrome;
-# Debian has Chromium. The browser runs from a link named `chrome` so that a task's `pkill chrome` finds it
-# (its own sandbox needs namespaces the session's sandbox does not give; the session is the sandbox).
+# Debian has Chromium, which the session shows at Google Chrome's place (local_desktop.CHROME_DIR), its binary
+# named `chrome` so that a task's `pkill chrome` finds it (Chromium's own sandbox needs namespaces the
+# session's sandbox does not give; the session is the sandbox).
 _GOOGLE_CHROME = """#!/bin/sh
-exec {inside}/lib/chrome --no-sandbox --no-first-run --no-default-browser-check --password-store=basic \\
+exec /opt/google/chrome/chrome --no-sandbox --no-first-run --no-default-browser-check --password-store=basic \\
   --user-data-dir="$HOME/.config/google-chrome" "$@"
 """
 
@@ -153,7 +154,7 @@ def write_session_files(directory: Path, width: int, height: int, depth: int = 2
                                               run_dir=INSIDE_RUN_DIR, socket=SOCKET_NAME),
         "bin/rla-terminal": _TERMINAL,
         "bin/sudo": _SUDO.format(password=sudo_password.replace("'", "")),
-        "bin/google-chrome": _GOOGLE_CHROME.format(inside=INSIDE_DIR),
+        "bin/google-chrome": _GOOGLE_CHROME,
     }
     files = {
         "openbox-rc.xml": _OPENBOX_RC,
@@ -174,8 +175,6 @@ def write_session_files(directory: Path, width: int, height: int, depth: int = 2
     os.symlink("/usr/bin/python3", directory / "bin" / "python")          # actions run `python -c`
     os.symlink("rla-terminal", directory / "bin" / "gnome-terminal")      # tasks may launch it by name
     os.symlink("rla-terminal", directory / "bin" / "x-terminal-emulator")
-    (directory / "lib").mkdir()
-    os.symlink("/usr/lib/chromium/chromium", directory / "lib" / "chrome")
     for path in [directory, *directory.rglob("*")]:
         if path.is_dir() and not path.is_symlink():
             path.chmod(0o755)

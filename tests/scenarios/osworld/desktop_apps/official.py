@@ -120,3 +120,22 @@ def stop_app(client, name: str, quit_keys: tuple[str, ...] = (), window: str = "
         client.execute(["wmctrl", "-a", window])
         run(client, ["python", "-c", f"import pyautogui, time; pyautogui.hotkey(*{list(quit_keys)!r}); time.sleep(2)"])
     run(client, f"for i in $(seq 300); do pgrep -x {name} >/dev/null || exit 0; sleep 0.1; done; exit 1", shell=True)
+
+
+_SET_JSON = """
+import json, os, sys
+path = os.path.expanduser(sys.argv[1])
+data = json.load(open(path))
+for dotted, value in json.loads(sys.argv[2]).items():
+    *parents, key = dotted.split(".")
+    node = data
+    for name in parents:
+        node = node.setdefault(name, {})
+    node[key] = value
+json.dump(data, open(path, "w"))
+"""
+
+
+def set_json(client, path: str, values: dict) -> None:
+    """In the session's JSON file `path`: each `a.b.c` key set to its value."""
+    run(client, ["python3", "-c", _SET_JSON, path, json.dumps(values)])
