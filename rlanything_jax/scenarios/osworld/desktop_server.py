@@ -161,6 +161,8 @@ def open_file(data):
                                  stderr=subprocess.DEVNULL, start_new_session=True))
     except OSError as error:
         return 500, f"Failed to open {path}: {error}"
+    if not os.path.exists(path):
+        return 200, "File opened successfully"   # a command: no window name to wait for
     name = os.path.basename(path.rstrip("/")) or path
     deadline = time.monotonic() + OPEN_WINDOW_TIMEOUT_S
     while time.monotonic() < deadline:   # as the reference: done when a window's title names the file

@@ -98,7 +98,8 @@ def test_setup_routes_upload_launch_and_open(desktop):
     while client.get_file("~/Desktop/launched.txt") is None:
         assert time.monotonic() < deadline
         time.sleep(0.1)
-    assert client.open_file("/home/user/Desktop/notes.txt")
+    assert client.open_file("/home/user/Desktop/notes.txt")   # returns once a window names the file
+    assert "notes.txt" in client.execute(["wmctrl", "-l"])["output"]
     assert not client.open_file("/home/user/Desktop/absent.txt")
 
 
