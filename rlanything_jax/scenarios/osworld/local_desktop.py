@@ -51,17 +51,18 @@ _ETC_ENTRIES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "timez
 
 
 CHROMIUM_DIR = "/usr/lib/chromium"
-CHROME_DIR = "/opt/google/chrome"   # Google Chrome's layout: tasks `pkill chrome`, so the browser runs as `chrome`
 
 
 def _chrome_binds() -> list[str]:
-    """Debian's Chromium at Google Chrome's place, its binary named `chrome` (session_files' google-chrome)."""
+    """Debian's Chromium at Google Chrome's place, its binary named `chrome` (tasks `pkill chrome`; the
+    session's `google-chrome` runs it)."""
     if not os.path.isfile(f"{CHROMIUM_DIR}/chromium"):
         return []
+    chrome_dir = session_files.CHROME_DIR
     binds = []
     for entry in sorted(os.listdir(CHROMIUM_DIR)):
-        binds += ["--ro-bind", f"{CHROMIUM_DIR}/{entry}", f"{CHROME_DIR}/{entry}"]
-    return binds + ["--ro-bind", f"{CHROMIUM_DIR}/chromium", f"{CHROME_DIR}/chrome"]
+        binds += ["--ro-bind", f"{CHROMIUM_DIR}/{entry}", f"{chrome_dir}/{entry}"]
+    return binds + ["--ro-bind", f"{CHROMIUM_DIR}/chromium", f"{chrome_dir}/chrome"]
 
 
 class DesktopUnavailable(RuntimeError):

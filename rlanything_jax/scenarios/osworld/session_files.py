@@ -95,11 +95,12 @@ exec "$@"
 """
 
 # OSWorld's tasks launch Chrome as `google-chrome` and read its profile under ~/.config/google-chrome;
-# Debian has Chromium, which the session shows at Google Chrome's place (local_desktop.CHROME_DIR), its binary
-# named `chrome` so that a task's `pkill chrome` finds it (Chromium's own sandbox needs namespaces the
+# Debian has Chromium, which the session shows at Google Chrome's place (CHROME_DIR, local_desktop binds it), its
+# binary named `chrome` so that a task's `pkill chrome` finds it (Chromium's own sandbox needs namespaces the
 # session's sandbox does not give; the session is the sandbox).
-_GOOGLE_CHROME = """#!/bin/sh
-exec /opt/google/chrome/chrome --no-sandbox --no-first-run --no-default-browser-check --password-store=basic \\
+CHROME_DIR = "/opt/google/chrome"
+_GOOGLE_CHROME = f"""#!/bin/sh
+exec {CHROME_DIR}/chrome --no-sandbox --no-first-run --no-default-browser-check --password-store=basic \\
   --user-data-dir="$HOME/.config/google-chrome" "$@"
 """
 
