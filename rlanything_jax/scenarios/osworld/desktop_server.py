@@ -151,7 +151,8 @@ def open_file(data):
     if not path:
         return 400, "Path not supplied"
     if os.path.exists(path):
-        command = ["xdg-open", path] if _on_path("xdg-open") else _fallback_opener(path)
+        # no file manager in the session: a directory opens in a terminal titled with its name
+        command = ["xdg-open", path] if _on_path("xdg-open") and not os.path.isdir(path) else _fallback_opener(path)
     elif _on_path(path.split()[0]):
         command = shlex.split(path)   # the reference also opens a command on PATH
     else:
@@ -174,7 +175,7 @@ def open_file(data):
 
 
 def _fallback_opener(path):
-    """Without xdg-utils: directories and text files open in a terminal viewer."""
+    """Directories, and without xdg-utils text files, open in a terminal (a shell there, or a viewer)."""
     if os.path.isdir(path):
         title = os.path.basename(path.rstrip("/")) or "/"
         return ["xterm", "-T", title, "-e", "sh", "-c", 'cd "$1" && exec bash', "sh", path]
