@@ -104,6 +104,11 @@ open(path, "w").write("\\n".join([kept for kept in lines if not pattern.match(ke
 """
 
 
+def wait_file(client, path: str, timeout_s: int = 60) -> None:
+    """Until the session's file `path` exists and is not empty (an application wrote its profile)."""
+    run(client, f"for i in $(seq {timeout_s * 10}); do [ -s {path} ] && exit 0; sleep 0.1; done; exit 1", shell=True)
+
+
 def set_config_line(client, path: str, pattern: str, line: str) -> None:
     """In the session's config file `path`: the lines matching `pattern` replaced by `line` (appended)."""
     run(client, ["python3", "-c", _SET_LINES, path, pattern, line])

@@ -10,7 +10,15 @@ import tarfile
 
 import pytest
 
-from tests.scenarios.osworld.desktop_apps.official import play, require_apps, set_config_line, set_json, stop_app, task
+from tests.scenarios.osworld.desktop_apps.official import (
+    play,
+    require_apps,
+    set_config_line,
+    set_json,
+    stop_app,
+    task,
+    wait_file,
+)
 
 PROFILE = "t5q2a5hp.default-release"   # the profile the tasks' evaluators read
 DEBIAN_INSTALL_HASH = "FDC34C9F024745EB"   # Thunderbird's name for its install at /usr/lib/thunderbird
@@ -61,6 +69,7 @@ THUNDERBIRD_TASKS = {   # id prefix: the prefs the solution sets
     "f201fbc3": {"mail.identity.id1.auto_quote": False},                                # no quoting on reply
     "3f28fe4f": {"mail.identity.id1.htmlSigText": "Anonym\nXYZ Lab", "mail.identity.id1.htmlSigFormat": False},
 }
+PREFERENCES = "~/.config/google-chrome/Default/Preferences"
 CHROME_TASKS = {   # id prefix: the Preferences keys the solution sets
     "030eeff7": {"enable_do_not_track": True},
     "bb5e4c0d": {"default_search_provider_data.template_url_data": {
@@ -97,7 +106,8 @@ def test_thunderbird_task(apps_desktop, tmp_path, id_prefix, solved):
 @pytest.mark.parametrize("id_prefix", list(CHROME_TASKS))
 def test_chrome_task(apps_desktop, tmp_path, id_prefix, solved):
     def solve(client):
-        stop_app(client, "chrome")   # it writes Preferences as it ends
-        set_json(client, "~/.config/google-chrome/Default/Preferences", CHROME_TASKS[id_prefix])
+        wait_file(client, PREFERENCES)   # Chrome has made its profile (a few seconds after its window)
+        stop_app(client, "chrome")       # it writes Preferences as it ends
+        set_json(client, PREFERENCES, CHROME_TASKS[id_prefix])
     outcome = play(apps_desktop, task("chrome", id_prefix), tmp_path, "Chromium", solve=solve if solved else None)
     assert outcome.score == float(solved), outcome.detail
