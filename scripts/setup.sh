@@ -5,6 +5,9 @@
 #   bash scripts/setup.sh          # the project
 #   bash scripts/setup.sh --test   # the project and its test extras (OSWorld's evaluators included)
 #   bash scripts/setup.sh --osworld  # the project and OSWorld's evaluators (desktop-env; AGPL parts)
+#   bash scripts/setup.sh --desktop-apps  # also the applications OSWorld's tasks use, for local desktops
+#                                         # (LibreOffice, GIMP, VLC, Thunderbird, Chromium: ~1 GB, ~1-2 min)
+# Options combine (--osworld --desktop-apps); --test includes both.
 #
 # PYTHON names the interpreter for the venv (default python3; the project needs >= 3.11).
 set -euo pipefail
@@ -34,14 +37,26 @@ DEBIAN_PACKAGES=(
 )
 # ----
 
+# ---- the applications of OSWorld's tasks, inside local desktop sessions (--desktop-apps, --test)
+DESKTOP_APP_PACKAGES=(
+  libreoffice-calc libreoffice-writer libreoffice-impress   # the libreoffice_* domains
+  python3-uno       #   LibreOffice's API from the session's python3 (the tests' scripted solutions)
+  gimp vlc thunderbird
+  chromium          #   the chrome domain: `google-chrome` in a session, Chrome steps and getters over DevTools
+  socat             #   the chrome tasks forward their DevTools port with it
+)
+# ----
+
 extras=""
-case "${1:-}" in
-  "") ;;
-  --test) extras="[test,osworld]"
-          DEBIAN_PACKAGES+=(chromium) ;;   # OSWorld's Chrome steps and getters over DevTools (tests)
-  --osworld) extras="[osworld]" ;;
-  *) echo "usage: bash scripts/setup.sh [--test|--osworld]" >&2; exit 2 ;;
-esac
+for option in "$@"; do
+  case "$option" in
+    --test) extras="[test,osworld]"
+            DEBIAN_PACKAGES+=("${DESKTOP_APP_PACKAGES[@]}") ;;   # CI runs the real-application tests
+    --osworld) [ -n "$extras" ] || extras="[osworld]" ;;
+    --desktop-apps) DEBIAN_PACKAGES+=("${DESKTOP_APP_PACKAGES[@]}") ;;
+    *) echo "usage: bash scripts/setup.sh [--test] [--osworld] [--desktop-apps]" >&2; exit 2 ;;
+  esac
+done
 python="${PYTHON:-python3}"
 
 say() { echo "setup: $*" >&2; }

@@ -24,10 +24,13 @@ import socket
 import socketserver
 import subprocess
 import tempfile
+import threading
+import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 EXECUTE_TIMEOUT_S = 120          # the reference server's subprocess timeout
+OPEN_WINDOW_TIMEOUT_S = 90       # `open` waits for a window titled with the file's name (the reference: 1800 s)
 TERMINAL_LOG_DIR = "/tmp/rla-terminal"   # the session's terminals log their screen text here
 MAX_REQUEST_BYTES = 1 << 30
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[()][0-9A-Za-z]|\x1b[=>]")
@@ -61,12 +64,18 @@ def execute(data):
     return 200, {"status": "success", "output": done.stdout, "error": done.stderr, "returncode": done.returncode}
 
 
+def _reaped(process):
+    """Waits for a started program in a thread, so that it leaves no zombie behind (a task's `pkill app`
+    followed by a wait for the app to be gone must see it gone)."""
+    threading.Thread(target=process.wait, daemon=True).start()
+
+
 def launch(data):
     command, shell = _command_from(data)
     try:
         # no pipes: a launched app must never hold a request open (OSWORLD.md: `cmd &` blocks /execute)
-        subprocess.Popen(command, shell=shell, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL, start_new_session=True)
+        _reaped(subprocess.Popen(command, shell=shell, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL, start_new_session=True))
     except Exception as error:
         return 500, {"status": "error", "message": str(error)}
     return 200, f"{command if shell else ' '.join(command)} launched successfully"
@@ -142,21 +151,31 @@ def open_file(data):
     if not path:
         return 400, "Path not supplied"
     if os.path.exists(path):
-        command = ["xdg-open", path] if _on_path("xdg-open") else _fallback_opener(path)
+        # no file manager in the session: a directory opens in a terminal titled with its name
+        command = ["xdg-open", path] if _on_path("xdg-open") and not os.path.isdir(path) else _fallback_opener(path)
     elif _on_path(path.split()[0]):
         command = shlex.split(path)   # the reference also opens a command on PATH
     else:
         return 404, "File not found"
     try:
-        subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL, start_new_session=True)
+        _reaped(subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL, start_new_session=True))
     except OSError as error:
         return 500, f"Failed to open {path}: {error}"
-    return 200, "File opened successfully"
+    if not os.path.exists(path):
+        return 200, "File opened successfully"   # a command: no window name to wait for
+    name = os.path.basename(path.rstrip("/")) or path
+    deadline = time.monotonic() + OPEN_WINDOW_TIMEOUT_S
+    while time.monotonic() < deadline:   # as the reference: done when a window's title names the file
+        titles = subprocess.run(["wmctrl", "-l"], capture_output=True, text=True, timeout=10).stdout
+        if name in titles:
+            return 200, "File opened successfully"
+        time.sleep(0.25)
+    return 404, f"File opened but window {name} not found within {OPEN_WINDOW_TIMEOUT_S} seconds"
 
 
 def _fallback_opener(path):
-    """Without xdg-utils: directories and text files open in a terminal viewer."""
+    """Directories, and without xdg-utils text files, open in a terminal (a shell there, or a viewer)."""
     if os.path.isdir(path):
         title = os.path.basename(path.rstrip("/")) or "/"
         return ["xterm", "-T", title, "-e", "sh", "-c", 'cd "$1" && exec bash', "sh", path]

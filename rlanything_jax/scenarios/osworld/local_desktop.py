@@ -44,7 +44,25 @@ _SYSTEM_TREES = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _ETC_ENTRIES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "timezone", "fonts", "X11", "xdg",
                 "alternatives", "bash.bashrc", "profile", "profile.d", "inputrc", "nsswitch.conf", "mime.types",
                 "mailcap", "dbus-1", "terminfo", "magic", "magic.mime", "vim", "python3", "python3.11", "shells",
-                "environment", "login.defs", "gtk-3.0", "pulse")
+                "environment", "login.defs", "gtk-3.0", "pulse",
+                # the desktop applications (`bash scripts/setup.sh --desktop-apps`): their system configuration
+                "libreoffice", "gimp", "thunderbird", "chromium", "chromium.d", "vlc", "ssl", "ca-certificates",
+                "gtk-2.0", "sound", "papersize")
+
+
+CHROMIUM_DIR = "/usr/lib/chromium"
+
+
+def _chrome_binds() -> list[str]:
+    """Debian's Chromium at Google Chrome's place, its binary named `chrome` (tasks `pkill chrome`; the
+    session's `google-chrome` runs it)."""
+    if not os.path.isfile(f"{CHROMIUM_DIR}/chromium"):
+        return []
+    chrome_dir = session_files.CHROME_DIR
+    binds = []
+    for entry in sorted(os.listdir(CHROMIUM_DIR)):
+        binds += ["--ro-bind", f"{CHROMIUM_DIR}/{entry}", f"{chrome_dir}/{entry}"]
+    return binds + ["--ro-bind", f"{CHROMIUM_DIR}/chromium", f"{chrome_dir}/chrome"]
 
 
 class DesktopUnavailable(RuntimeError):
@@ -228,7 +246,7 @@ class LocalDesktop:
             args += ["--ro-bind", str(files / "etc" / name), f"/etc/{name}"]
         home = session_files.SESSION_HOME
         args += ["--dir", home, "--dir", f"{home}/Desktop", "--dir", f"{home}/Documents", "--dir", f"{home}/Downloads",
-                 "--ro-bind", str(files), session_files.INSIDE_DIR,
+                 *_chrome_binds(), "--ro-bind", str(files), session_files.INSIDE_DIR,
                  "--bind", str(run_dir), session_files.INSIDE_RUN_DIR,
                  "--chdir", home, "/bin/sh", f"{session_files.INSIDE_DIR}/start-session"]
         return args

@@ -37,6 +37,7 @@ while [ ! -S /tmp/.X11-unix/X{display_number} ]; do
   fi
   sleep 0.025
 done
+cp -r {inside}/home/. "$HOME"/   # the applications' first-start settings (session_files.HOME_FILES)
 eval "$(dbus-launch --sh-syntax)"
 export DBUS_SESSION_BUS_ADDRESS
 openbox --config-file {inside}/openbox-rc.xml >/tmp/openbox.log 2>&1 &
@@ -93,6 +94,36 @@ fi
 exec "$@"
 """
 
+# OSWorld's tasks launch Chrome as `google-chrome` and read its profile under ~/.config/google-chrome;
+# Debian has Chromium, which the session shows at Google Chrome's place (CHROME_DIR, local_desktop binds it), its
+# binary named `chrome` so that a task's `pkill chrome` finds it (Chromium's own sandbox needs namespaces the
+# session's sandbox does not give; the session is the sandbox).
+CHROME_DIR = "/opt/google/chrome"
+_GOOGLE_CHROME = f"""#!/bin/sh
+exec {CHROME_DIR}/chrome --no-sandbox --no-first-run --no-default-browser-check --password-store=basic \\
+  --user-data-dir="$HOME/.config/google-chrome" "$@"
+"""
+
+# Settings the applications would otherwise ask about at their first start (OSWorld's VM has them set):
+# LibreOffice's tip of the day, its Keep Current Format question on Ctrl+S (tasks save xlsx, docx and pptx with
+# Ctrl+S alone), Impress's template chooser, VLC's privacy question.
+HOME_FILES = {
+    ".config/libreoffice/4/user/registrymodifications.xcu": """<?xml version="1.0" encoding="UTF-8"?>
+<oor:items xmlns:oor="http://openoffice.org/2001/registry" xmlns:xs="http://www.w3.org/2001/XMLSchema" \
+xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance">
+<item oor:path="/org.openoffice.Office.Common/Misc"><prop oor:name="ShowTipOfTheDay" oor:op="fuse">\
+<value>false</value></prop></item>
+<item oor:path="/org.openoffice.Setup/Office"><prop oor:name="FirstStartWizardCompleted" oor:op="fuse">\
+<value>true</value></prop></item>
+<item oor:path="/org.openoffice.Office.Common/Save/Document"><prop oor:name="WarnAlienFormat" oor:op="fuse">\
+<value>false</value></prop></item>
+<item oor:path="/org.openoffice.Office.Impress/Misc"><prop oor:name="StartWithTemplate" oor:op="fuse">\
+<value>false</value></prop></item>
+</oor:items>
+""",
+    ".config/vlc/vlcrc": "[qt] # Qt interface\nqt-privacy-ask=0\n",
+}
+
 _PASSWD = "root:x:0:0:root:/root:/usr/sbin/nologin\nuser:x:{uid}:{uid}:user:{home}:/bin/bash\n" \
           "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
 _GROUP = "root:x:0:\nsudo:x:27:user\nuser:x:{uid}:\nnogroup:x:65534:\n"
@@ -124,6 +155,7 @@ def write_session_files(directory: Path, width: int, height: int, depth: int = 2
                                               run_dir=INSIDE_RUN_DIR, socket=SOCKET_NAME),
         "bin/rla-terminal": _TERMINAL,
         "bin/sudo": _SUDO.format(password=sudo_password.replace("'", "")),
+        "bin/google-chrome": _GOOGLE_CHROME,
     }
     files = {
         "openbox-rc.xml": _OPENBOX_RC,
@@ -132,6 +164,7 @@ def write_session_files(directory: Path, width: int, height: int, depth: int = 2
         "etc/hosts": _HOSTS,
         "etc/hostname": "rla-desktop\n",
         "etc/machine-id": uuid.uuid4().hex + "\n",   # dbus refuses to start without one
+        **{f"home/{name}": text for name, text in HOME_FILES.items()},
     }
     for name, text in {**executables, **files}.items():
         path = directory / name

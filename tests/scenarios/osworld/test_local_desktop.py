@@ -98,8 +98,12 @@ def test_setup_routes_upload_launch_and_open(desktop):
     while client.get_file("~/Desktop/launched.txt") is None:
         assert time.monotonic() < deadline
         time.sleep(0.1)
-    assert client.open_file("/home/user/Desktop/notes.txt")
+    assert client.open_file("/home/user/Desktop/notes.txt")   # returns once a window names the file
+    assert "notes.txt" in client.execute(["wmctrl", "-l"])["output"]
     assert not client.open_file("/home/user/Desktop/absent.txt")
+    assert client.execute(["mkdir", "-p", "/home/user/Documents/Fundings/grf"])["returncode"] == 0
+    assert client.open_file("/home/user/Documents/Fundings/grf")   # a directory: a terminal titled with its name
+    assert "grf" in client.execute(["wmctrl", "-l"])["output"]
 
 
 def test_session_sees_no_network_no_host_files_and_cannot_write_out(desktop, tmp_path):
