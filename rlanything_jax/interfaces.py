@@ -122,7 +122,8 @@ class ImageInputs(Protocol):
 
     def batch_inputs(self, input_ids: Any, attention_mask: Any, images: Sequence[Sequence[Any]]) -> Any:
         """The `RowInputs` of a left-padded train batch (input_ids, attention_mask [B, L], numpy) whose row b
-        holds `images[b]` in order (`rl.data.collate`; `VisionLM.batch_model_inputs` reads it)."""
+        holds `images[b]` in order; rows past len(images) (a batch's filler) hold none (`rl.data.collate`;
+        `VisionLM.batch_model_inputs` reads it)."""
 
     def tower_input(self, image: Any) -> Any:
         """One `Image` as the arrays `VisionLM.encode_image` takes, padded to a few shapes (the sampler

@@ -19,7 +19,6 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import jax
 import numpy as np
 
 from rlanything_jax.agents.chat_tokens import first_prompt, turn_delta
@@ -94,13 +93,18 @@ def encode_prompt(tokenizer: Any, messages: Sequence[Mapping[str, Any]], cache: 
     return (cache or ImageCache()).prepare(tokens, images, image_inputs)
 
 
-def same_images(a: Sequence[Any], b: Sequence[Any]) -> bool:
-    """Encoded images equal one by one (the same objects, or equal arrays)."""
-    def equal(x, y):
-        leaves_x, leaves_y = jax.tree.leaves(x), jax.tree.leaves(y)
-        return len(leaves_x) == len(leaves_y) and all(np.array_equal(u, v) for u, v in zip(leaves_x, leaves_y))
+def _equal(x: Any, y: Any) -> bool:
+    """Equal encoded images: arrays element by element, records (dataclasses) field by field."""
+    if dataclasses.is_dataclass(x) and type(x) is type(y):
+        return all(_equal(getattr(x, field.name), getattr(y, field.name)) for field in dataclasses.fields(x))
+    if isinstance(x, np.ndarray) or isinstance(y, np.ndarray):
+        return np.array_equal(x, y)
+    return x == y
 
-    return len(a) == len(b) and all(x is y or equal(x, y) for x, y in zip(a, b))
+
+def same_images(a: Sequence[Any], b: Sequence[Any]) -> bool:
+    """Encoded images equal one by one (the same objects, or equal contents)."""
+    return len(a) == len(b) and all(x is y or _equal(x, y) for x, y in zip(a, b))
 
 
 @dataclasses.dataclass(frozen=True)

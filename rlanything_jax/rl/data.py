@@ -117,6 +117,8 @@ def _images_within(images: Sequence[Any] | None, prompt: Sequence[int],
     """The leading images whose pads a prefix of the packed sequence holds."""
     if not images:
         return images
+    if image_inputs is None:
+        raise ValueError("unpacking an example with images needs the model's ImageInputs")
     pads = sum(1 for t in prompt if t == image_inputs.image_token_id)
     kept, used = [], 0
     for image in images:
