@@ -9,13 +9,17 @@ values to an `attend` callback, so the caller decides where keys and values live
 cache for sampling, the sequence itself for training) while the model keeps its own
 projections, norms and position encoding.
 
+A vision-language model is a `VisionLM`: a CausalLM that also says how its images become inputs
+(`ImageInputs`, host side) and runs its vision part inside the traced programs. The sampler, the train
+step and the prompt builder carry its per-image and per-batch inputs without looking inside them.
+
 Parameters are `flax.nnx.Param`s carrying `logical_axes` metadata (names such as "embed",
 "heads", "mlp", "vocab"); `sharding.py` maps them to the mesh through the config's rules.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Protocol, Sequence
 
 import jax
 from flax import struct
@@ -31,12 +35,13 @@ class ModelInputs:
     """Inputs beyond token ids, for models that take them (vision-language models).
 
     `embeddings` [N, embed] replace the token embeddings at the N positions where
-    `placeholder` [B, T] is true (an image's patches at its `<|image_pad|>` tokens), in
+    `placeholder` [B, T] is true (an image's features at its image pad tokens), in
     row-major order; or, as [B, K, embed], row b's placeholders take row b's values in order
-    (rows padded to K). `position_ids` [3, B, T] are multi-axis positions (M-RoPE's temporal,
+    (rows padded to K). `position_ids` [3, B, T] are multi-axis positions (e.g. M-RoPE's temporal,
     height and width) that replace the per-token positions the caller computes. `deepstack`
     [levels, N, embed] (or [levels, B, K, embed]) are features added at the same positions to the
-    outputs of the first `levels` layers (Qwen3-VL's DeepStack).
+    outputs of the first `levels` layers (e.g. DeepStack). A `VisionLM` builds them (`ImageInputs.prompt_inputs`,
+    `VisionLM.batch_model_inputs`); the sampler and the train step only pass them on.
     """
 
     embeddings: jax.Array | None = None
@@ -103,3 +108,55 @@ class SharedPrefixLM(CausalLM, Protocol):
     def hidden_states_after_prefixes(self, prefix_ids: jax.Array, prefix_mask: jax.Array, prefix_index: jax.Array,
                                      input_ids: jax.Array, attention_mask: jax.Array,
                                      last: int | None = None) -> jax.Array: ...
+
+
+class ImageInputs(Protocol):
+    """How a vision-language model's images become its inputs, on the host (numpy): a frozen, hashable record
+    (it rides in `rl.data.DataConfig`). `Image` below is whatever `encode` returns for one decoded image (e.g.
+    its patches and grid); `RowInputs` is a pytree of arrays whose leaves all have the batch's rows first,
+    so the train step splits, shards and micro-batches it as it does the token arrays."""
+
+    image_token_id: int   # the pad token an image's run of placeholders is made of
+
+    def encode(self, image: Any) -> Any:
+        """One decoded image (an HWC uint8 array or a PIL image) -> the model's input for it (an `Image`)."""
+
+    def token_count(self, image: Any) -> int:
+        """How many image pads an `Image` takes in a prompt."""
+
+    def expand(self, token_ids: Sequence[int], images: Sequence[Any]) -> list[int]:
+        """`token_ids` with each single image pad (as a chat template writes it) expanded to its image's run."""
+
+    def batch_inputs(self, input_ids: Any, attention_mask: Any, images: Sequence[Sequence[Any]]) -> Any:
+        """The `RowInputs` of a left-padded train batch (input_ids, attention_mask [B, L], numpy) whose row b
+        holds `images[b]` in order; rows past len(images) (a batch's filler) hold none (`rl.data.collate`;
+        `VisionLM.batch_model_inputs` reads it)."""
+
+    def tower_input(self, image: Any) -> Any:
+        """One `Image` as the arrays `VisionLM.encode_image` takes, padded to a few shapes (the sampler
+        compiles one vision program per shape)."""
+
+    def prompt_inputs(self, features: Sequence[Any], input_ids: Any, valid: Any, next_positions: Any,
+                      images: Sequence[Sequence[Any]]) -> ModelInputs:
+        """The `ModelInputs` of a prefill of `input_ids` [B, T] (`valid` [B, T] marks real tokens; row b's
+        positions continue at next_positions[b]) holding `images[b]` in row b, given `features[i]`
+        (`VisionLM.encode_image` of the i-th image, row-major)."""
+
+
+class VisionLM(CausalLM, Protocol):
+    """A CausalLM that reads images: its `run_layers` and `hidden_states` take the `ModelInputs` it builds."""
+
+    image_inputs: ImageInputs
+    # The names of the top-level parameter collections of its vision part (`model.freeze_vision` leaves them).
+    vision_params: tuple[str, ...]
+
+    def encode_image(self, tower_input: Any) -> Any:
+        """One image's features (traceable) from `ImageInputs.tower_input`; `ImageInputs.prompt_inputs` reads them."""
+
+    def batch_model_inputs(self, input_ids: jax.Array, row_inputs: Any, remat: str = "none") -> ModelInputs:
+        """The `ModelInputs` of a train batch's rows from its `RowInputs` (traceable); `remat` is the train
+        step's activation checkpointing policy, for the vision part it runs."""
+
+    def with_image_features(self, row_inputs: Any) -> Any:
+        """`RowInputs` whose images are replaced by their (gradient-free) features, so that a step reading them
+        does not run the vision part (a frozen one); traceable."""

@@ -3,7 +3,7 @@
 
 It builds the policy's and the reward model's parameters as shapes only (`nnx.eval_shape`: no weights are
 read or allocated; the architecture comes from the model directory's config.json, or from the released
-shapes of the models the paper configs name, `planning/architectures.py`), makes N fake CPU devices with
+shapes of the models the paper configs name, `models/released_configs.py`), makes N fake CPU devices with
 the config's mesh and sharding rules, and lowers and compiles the run's own programs at the config's
 shapes: each train step (micro-batch rows x (max_prompt_tokens + max_response_tokens)), and each
 sampler's prefill and decode (the rollout's rows and cache, the judge's calls), plus the vision tower
@@ -149,7 +149,7 @@ def compile_programs(cfg, models: dict, devices: int, layers: int, micro_batches
     from rlanything_jax.planning.workload import workload
 
     mesh = sharding.build_mesh(dict(cfg.mesh.shape))
-    load = workload(cfg, {role: models[role].arch.vl is not None for role in ("policy", "reward")}, micro_batches)
+    load = workload(cfg, {role: models[role].arch.vision for role in ("policy", "reward")}, micro_batches)
     out = []
     for role in ("policy", "reward"):
         arch = models[role].arch
@@ -157,7 +157,7 @@ def compile_programs(cfg, models: dict, devices: int, layers: int, micro_batches
         lowered = [(f"{role} train step", programs.lower_train_step(cfg, role, load.train[role], mesh)),
                    (f"{role} prefill", programs.lower_prefill(cfg, role, load.sampler[role], mesh)),
                    (f"{role} decode", programs.lower_decode(cfg, role, load.sampler[role], mesh))]
-        if arch.vl is not None and load.sampler[role].images_per_row:
+        if arch.vision is not None and load.sampler[role].images_per_row:
             lowered.append((f"{role} vision tower", programs.lower_vision(cfg, role, load.sampler[role], mesh)))
         for name, lower in lowered:
             figures = programs.measure(name, lower, arch, depths)
@@ -175,7 +175,7 @@ def report(cfg, args: Args, models: dict, compiled: list, elapsed_s: float) -> t
 
     budget = int(args.device_memory_gib * 2 ** 30)
     sizes = sharding.mesh_axis_sizes(dict(cfg.mesh.shape), args.devices)
-    load = workload(cfg, {role: models[role].arch.vl is not None for role in ("policy", "reward")},
+    load = workload(cfg, {role: models[role].arch.vision for role in ("policy", "reward")},
                     args.micro_batches)
     paper = estimate(cfg, models, args.devices, args.micro_batches, load)
     lines = [f"plan for {cfg.config_file} on {args.devices} devices (mesh {sizes}), "
@@ -186,7 +186,7 @@ def report(cfg, args: Args, models: dict, compiled: list, elapsed_s: float) -> t
         count = parameter_count(model.params)
         size = f"{count / 1e9:.2f} B" if count >= 1e9 else f"{count / 1e6:.2f} M"
         lines.append(f"  {role}: {arch.name} ({size} parameters, "
-                     f"{arch.text.num_layers} layers{', vision tower' if arch.vl else ''}; {arch.source})")
+                     f"{arch.text.num_layers} layers{', vision tower' if arch.vision else ''}; {arch.source})")
     for role in ("policy", "reward"):
         t, s = load.train[role], load.sampler[role]
         lines.append(f"  {role} shapes: train {t.micro_batches} x {t.rows} rows x {t.length} tokens (loss window "

@@ -47,7 +47,10 @@ class ToyLM(nnx.Module):
         self.out = nnx.Param(init(rngs.params(), (DIM, VOCAB)), logical_axes=("embed", "vocab"))
 
     def run_layers(self, input_ids, positions, attend, carry, last=None, inputs: ModelInputs | None = None):
-        x = self.embed[...][input_ids] + self.where[...][positions]
+        return self.run_embedded(self.embed[...][input_ids], positions, attend, carry, last)
+
+    def run_embedded(self, x, positions, attend, carry, last=None):
+        x = x + self.where[...][positions]
         q, k, v = (jnp.einsum("btd,de->bte", x, self.qkv[...][:, i])[:, :, None, :] for i in range(3))
         if last is not None:
             q, x = q[:, -last:], x[:, -last:]
@@ -63,7 +66,7 @@ class ToyLM(nnx.Module):
         def attend(layer, q, k, v, carry):
             return grouped_query_attention(q, k, v, causal[:, causal.shape[1] - q.shape[1]:]), carry
 
-        return self.run_layers(input_ids, positions, attend, None, last)[0]
+        return self.run_layers(input_ids, positions, attend, None, last, inputs)[0]
 
     def logits(self, hidden):
         return jnp.einsum("btd,dv->btv", hidden, self.out[...]).astype(jnp.float32)

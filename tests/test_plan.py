@@ -42,7 +42,7 @@ def test_analytic_state_bytes_match_the_compiled_train_step(dtype, state_per_par
     assert state == paper.resident["policy parameters"] * state_per_parameter_byte
 
     mesh = sharding.build_mesh(dict(cfg.mesh.shape))
-    load = workload(cfg, {"policy": False, "reward": False}, micro_batches=2)
+    load = workload(cfg, {"policy": None, "reward": None}, micro_batches=2)   # text models: no VisionPlan
     arch = models["policy"].arch
     figures = programs.measure("policy train step",
                                programs.lower_train_step(cfg, "policy", load.train["policy"], mesh), arch,
@@ -71,7 +71,7 @@ def test_known_architectures_have_their_released_sizes():
     qwen25 = role_architecture("checkpoints/Qwen2.5-7B-Instruct", load_config(DEFAULT_CONFIG).model.scratch)
     assert (qwen25.text.num_layers, qwen25.text.hidden_size, qwen25.text.qkv_bias) == (28, 3584, True)
     vl = role_architecture("checkpoints/Qwen3-VL-8B-Thinking", load_config(DEFAULT_CONFIG).model.scratch)
-    assert vl.vl is not None and (vl.text.num_layers, vl.vl.vision.depth) == (36, 27)
+    assert vl.vision is not None and (vl.text.num_layers, vl.config.vision.depth) == (36, 27)
     assert "qwen3-8b" in KNOWN_ARCHITECTURES
 
 

@@ -144,7 +144,8 @@ def judge_episodes(reward_model: Sampler, prompts: StepJudgePrompts, episodes: S
             continue
         step_prompts = []
         for t in range(len(episode.steps)):
-            tokens, images = encode_prompt(tokenizer, prompts.judge_messages(episode.task, episode, t))
+            tokens, images = encode_prompt(tokenizer, prompts.judge_messages(episode.task, episode, t),
+                                           image_inputs=reward_model.image_inputs)
             step_prompts.append((tuple(tokens), tuple(images)))
             judge_inputs.append(tokens)
             judge_images.append(images)

@@ -1,11 +1,11 @@
 """Chat messages that may carry images -> the token ids and preprocessed images a model reads.
 
 A message's content is a string or a list of parts: `{"type": "text", "text": ...}` and
-`{"type": "image", "image": <HWC uint8 array>}` (the Qwen3-VL chat template renders an image part
-as one `<|vision_start|><|image_pad|><|vision_end|>`). `encode_prompt` renders the chat, then
-expands each image pad to the image's token count and preprocesses the image
-(`models.qwen3_vl.processor.prepare_prompt`), so the sampler and the train step get tokens and
-images that match. Text-only messages give exactly `tokenizer.encode_chat`.
+`{"type": "image", "image": <HWC uint8 array>}` (the vision-language chat template renders an image
+part as one `IMAGE_PLACEHOLDER`). `encode_prompt` renders the chat, then has the model's
+`interfaces.ImageInputs` encode each image and expand its pad to the image's token count, so the
+sampler and the train step get tokens and images that match. Text-only messages give exactly
+`tokenizer.encode_chat`.
 
 A turn's prompt is either the previous prompt + response + the next message (`turn_message`, the
 text scenarios), or rebuilt from the whole episode (`step_messages`, for prompts that keep only
@@ -22,16 +22,8 @@ from typing import Any
 import numpy as np
 
 from rlanything_jax.agents.chat_tokens import first_prompt, turn_delta
-from rlanything_jax.models.qwen3_vl.processor import (
-    IMAGE_PAD,
-    VISION_END,
-    VISION_START,
-    ImageInput,
-    expand_image_pads,
-    preprocess_images,
-)
-
-IMAGE_PLACEHOLDER = VISION_START + IMAGE_PAD + VISION_END
+from rlanything_jax.interfaces import ImageInputs
+from rlanything_jax.models.qwen_tokenizer_io import IMAGE_PLACEHOLDER
 
 
 def is_image_part(part: Any) -> bool:
@@ -69,48 +61,50 @@ def _placeholders(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]
 
 @dataclasses.dataclass
 class ImageCache:
-    """Preprocessed images by the identity of their arrays: a screenshot shown on several turns is
-    preprocessed once, and the same `ImageInput` object stands for it every time."""
+    """Encoded images by the identity of their arrays: a screenshot shown on several turns is encoded
+    once, and the same encoded image stands for it every time."""
 
-    entries: dict[int, tuple[Any, ImageInput]] = dataclasses.field(default_factory=dict)
+    entries: dict[int, tuple[Any, Any]] = dataclasses.field(default_factory=dict)
 
-    def image(self, image: Any) -> ImageInput:
+    def image(self, image: Any, image_inputs: ImageInputs) -> Any:
         entry = self.entries.get(id(image))
         if entry is None or entry[0] is not image:
-            pixel_values, grid = preprocess_images([image])
-            entry = (image, ImageInput(pixel_values, tuple(int(v) for v in grid[0])))
+            entry = (image, image_inputs.encode(image))
             self.entries[id(image)] = entry   # the array is kept, so its id is not reused meanwhile
         return entry[1]
 
     def prepare(self, tokens: Sequence[int], images: Sequence[Any],
-                image_token_id: int) -> tuple[list[int], list[ImageInput]]:
-        """`tokens` with each image pad expanded to its image's run, and the preprocessed images."""
-        prepared = [self.image(image) for image in images]
-        grids = np.asarray([image.grid_thw for image in prepared], np.int64).reshape(-1, 3)
-        return expand_image_pads(tokens, grids, image_token_id), prepared
+                image_inputs: ImageInputs | None) -> tuple[list[int], list[Any]]:
+        """`tokens` with each image pad expanded to its image's run, and the encoded images."""
+        if image_inputs is None:
+            raise ValueError("prompts with images need a vision-language model (its image_inputs)")
+        prepared = [self.image(image, image_inputs) for image in images]
+        return image_inputs.expand(tokens, prepared), prepared
 
 
-def image_token_id(tokenizer: Any) -> int:
-    token_id = tokenizer.token_to_id(IMAGE_PAD)
-    if token_id is None:
-        raise ValueError(f"prompts with images need a tokenizer with {IMAGE_PAD} (a vision-language model's)")
-    return token_id
-
-
-def encode_prompt(tokenizer: Any, messages: Sequence[Mapping[str, Any]],
-                  cache: ImageCache | None = None) -> tuple[list[int], list[ImageInput]]:
-    """The chat's token ids (generation prompt included), image pads expanded, and its images."""
+def encode_prompt(tokenizer: Any, messages: Sequence[Mapping[str, Any]], cache: ImageCache | None = None,
+                  image_inputs: ImageInputs | None = None) -> tuple[list[int], list[Any]]:
+    """The chat's token ids (generation prompt included), image pads expanded, and its images as the model
+    (`image_inputs`, e.g. a sampler's) encodes them."""
     images = message_images(messages)
     if not images:
         return first_prompt(tokenizer, list(messages)), []
     tokens = tokenizer.encode_chat(_placeholders(messages))
-    return (cache or ImageCache()).prepare(tokens, images, image_token_id(tokenizer))
+    return (cache or ImageCache()).prepare(tokens, images, image_inputs)
 
 
-def same_images(a: Sequence[ImageInput], b: Sequence[ImageInput]) -> bool:
-    return len(a) == len(b) and all(x is y or (x.grid_thw == y.grid_thw and np.array_equal(x.pixel_values,
-                                                                                           y.pixel_values))
-                                    for x, y in zip(a, b))
+def _equal(x: Any, y: Any) -> bool:
+    """Equal encoded images: arrays element by element, records (dataclasses) field by field."""
+    if dataclasses.is_dataclass(x) and type(x) is type(y):
+        return all(_equal(getattr(x, field.name), getattr(y, field.name)) for field in dataclasses.fields(x))
+    if isinstance(x, np.ndarray) or isinstance(y, np.ndarray):
+        return np.array_equal(x, y)
+    return x == y
+
+
+def same_images(a: Sequence[Any], b: Sequence[Any]) -> bool:
+    """Encoded images equal one by one (the same objects, or equal contents)."""
+    return len(a) == len(b) and all(x is y or _equal(x, y) for x, y in zip(a, b))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,19 +112,22 @@ class TurnPrompt:
     """The prompt of a turn: all of it, and when it extends the cached history, the part to append."""
 
     tokens: tuple[int, ...]
-    images: tuple[ImageInput, ...]
+    images: tuple[Any, ...]
     delta: tuple[int, ...] | None          # None: it does not extend the history (prefill it again)
-    delta_images: tuple[ImageInput, ...] = ()
+    delta_images: tuple[Any, ...] = ()
 
 
 def next_prompt(tokenizer: Any, prompts: Any, task: Any, episode: Any, observation: Any,
-                history: Sequence[int], history_images: Sequence[ImageInput], finish_reason: str = "stop",
-                stop_text: str = "", cache: ImageCache | None = None) -> TurnPrompt:
+                history: Sequence[int], history_images: Sequence[Any], finish_reason: str = "stop",
+                stop_text: str = "", cache: ImageCache | None = None,
+                image_inputs: ImageInputs | None = None) -> TurnPrompt:
     """The policy's prompt for its next turn of `episode` (steps so far) at `observation`, given the
-    tokens and images its cache holds (`history`: the last prompt + response; empty on the first turn)."""
+    tokens and images its cache holds (`history`: the last prompt + response; empty on the first turn).
+    Images are encoded by `image_inputs` (the policy's, `Sampler.image_inputs`)."""
     cache = cache if cache is not None else ImageCache()
     if getattr(prompts, "rebuilds_history", False):
-        tokens, images = encode_prompt(tokenizer, prompts.step_messages(task, episode, observation), cache)
+        tokens, images = encode_prompt(tokenizer, prompts.step_messages(task, episode, observation), cache,
+                                       image_inputs)
         n = len(history)
         extends = n > 0 and tokens[:n] == list(history) and same_images(images[:len(history_images)], history_images)
         if not history:   # the first turn: all of it is new
@@ -139,14 +136,14 @@ def next_prompt(tokenizer: Any, prompts: Any, task: Any, episode: Any, observati
             return TurnPrompt(tuple(tokens), tuple(images), tuple(tokens[n:]), tuple(images[len(history_images):]))
         return TurnPrompt(tuple(tokens), tuple(images), None)
     if not history:
-        tokens, images = encode_prompt(tokenizer, prompts.initial_messages(task, observation), cache)
+        tokens, images = encode_prompt(tokenizer, prompts.initial_messages(task, observation), cache, image_inputs)
         return TurnPrompt(tuple(tokens), tuple(images), tuple(tokens), tuple(images))
     message = prompts.turn_message(episode, observation)
     delta = turn_delta(tokenizer, {**message, "content": render_content(message.get("content"))}, finish_reason,
                        stop_text)
-    images: list[ImageInput] = []
+    images: list[Any] = []
     new_images = message_images([message])
     if new_images:
-        delta, images = cache.prepare(delta, new_images, image_token_id(tokenizer))
+        delta, images = cache.prepare(delta, new_images, image_inputs)
     return TurnPrompt(tuple(history) + tuple(delta), tuple(history_images) + tuple(images), tuple(delta),
                       tuple(images))

@@ -198,7 +198,7 @@ def _take_results(play: _Play, cohort: _Cohort, turn: int) -> None:
         stop_text = play.stop_texts.get(completion.token_ids[-1], "") if completion.token_ids else ""
         slot.take_prompt(next_prompt(tokenizer, play.prompts, slot.task, slot.so_far(), result.observation,
                                      slot.history, slot.images, completion.finish_reason, stop_text,
-                                     slot.image_cache), play.metrics)
+                                     slot.image_cache, play.policy.image_inputs), play.metrics)
         still_live.append(slot)
     cohort.live = still_live
 
@@ -220,7 +220,8 @@ def _admit(play: _Play, cohort: _Cohort, queue: deque, group: int) -> None:
                     continue
                 slot.observation = obs
                 slot.take_prompt(next_prompt(play.policy.tokenizer, play.prompts, slot.task, slot.so_far(), obs,
-                                             [], [], cache=slot.image_cache), play.metrics)
+                                             [], [], cache=slot.image_cache,
+                                             image_inputs=play.policy.image_inputs), play.metrics)
                 cohort.live.append(slot)
             cohort.starting = None
         fitting = []

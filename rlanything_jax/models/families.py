@@ -1,35 +1,40 @@
-"""Model families other than the text decoder, by Hugging Face `model_type`: how their checkpoints load and save.
+"""The model registry: each family's `ModelFamily` (config reader, loader, saver, planner shapes) by Hugging Face
+`model_type`, and the families a config's "scratch" model paths build.
 
-`hf_io.load_pretrained` and `save_pretrained` read a `Decoder` themselves and hand any family named here
-to its module, which provides `load(hf, hf_dir, param_dtype, compute_dtype, mesh, rules, attention,
-scan_layers)`, `save(model, out_dir, dtype, max_shard_bytes)` and `owns(model)`. Modules are named, not
-imported, here: a family's module builds on `hf_io`, so the import runs one way (family -> hf_io). A new
-family is a new package plus one `register_family` call.
+`hf_io.load_pretrained` / `save_pretrained` and `planning/architectures` look families up here; a
+`model_type` not registered is read as a text decoder (`DecoderConfig.from_hf` names the types it knows).
+A new family is a package defining its `ModelFamily` plus one `register_family` call. The imports run one
+way: this module -> each family's package -> `models.hf_checkpoint`; `hf_io` -> this module.
 """
 
 from __future__ import annotations
 
-import importlib
-from types import ModuleType
+from typing import Any, Callable
 
-_FAMILY_MODULES: dict[str, str] = {"qwen3_vl": "rlanything_jax.models.qwen3_vl.weights"}
+from rlanything_jax.models.decoder_family import DECODER
+from rlanything_jax.models.family import ModelFamily
+from rlanything_jax.models.qwen3_vl.family import QWEN3_VL, scratch_vl_config
+from rlanything_jax.models.scratch import ScratchArchitecture, decoder_config
+
+_FAMILIES: dict[str, ModelFamily] = {"qwen3_vl": QWEN3_VL}
+
+# A config's model path "scratch..." -> the family and config of a small random model of `model.scratch`'s shape.
+SCRATCH_MODELS: dict[str, tuple[ModelFamily, Callable[[ScratchArchitecture], Any]]] = {
+    "scratch": (DECODER, lambda arch: decoder_config(arch, arch.vocab_size)),
+    "scratch_vl": (QWEN3_VL, scratch_vl_config),
+}
 
 
-def register_family(model_type: str, module: str) -> None:
-    """Loads and saves checkpoints of `model_type` with the module named `module` (see the module doc)."""
-    _FAMILY_MODULES[model_type] = module
+def register_family(model_type: str, family: ModelFamily) -> None:
+    """Loads, saves and plans checkpoints whose config.json says `model_type` with `family`."""
+    _FAMILIES[model_type] = family
 
 
-def family_for_type(model_type: str | None) -> ModuleType | None:
-    """The module of a registered family, or None for a text decoder."""
-    name = _FAMILY_MODULES.get(model_type or "")
-    return None if name is None else importlib.import_module(name)
+def family_for_type(model_type: str | None) -> ModelFamily:
+    """The registered family of a `model_type`; the text decoder's for any other."""
+    return _FAMILIES.get(model_type or "", DECODER)
 
 
-def family_of(model) -> ModuleType | None:
-    """The module of the registered family whose model this is, or None for a text decoder."""
-    for name in _FAMILY_MODULES.values():
-        module = importlib.import_module(name)
-        if module.owns(model):
-            return module
-    return None
+def family_of(model: Any) -> ModelFamily:
+    """The registered family whose model this is (a family's model may subclass the decoder: they come first)."""
+    return next((family for family in _FAMILIES.values() if family.owns(model)), DECODER)

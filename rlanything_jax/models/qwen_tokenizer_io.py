@@ -106,6 +106,9 @@ QWEN3_CHAT_TEMPLATE = (
 )
 
 
+# What the vision-language template writes for one image part (the processor expands its pad per image token).
+IMAGE_PLACEHOLDER = "<|vision_start|><|image_pad|><|vision_end|>"
+
 # Qwen3-VL (the Thinking checkpoints' format): a message's content is a string or a list of parts,
 # {"type": "image"} (or a part with an "image"/"image_url" key) -> one image placeholder, {"type": "text",
 # "text": ...} -> its text; the processor then repeats the image pad per image token
@@ -116,7 +119,7 @@ _QWEN3_VL_CONTENT_MACRO = (
     "{%- if content is string -%}{{ content }}"
     "{%- else -%}{%- for part in content -%}"
     "{%- if part.type == 'image' or 'image' in part or 'image_url' in part -%}"
-    "{{ '<|vision_start|><|image_pad|><|vision_end|>' }}"
+    "{{ '" + IMAGE_PLACEHOLDER + "' }}"
     "{%- elif 'text' in part -%}{{ part.text }}"
     "{%- endif -%}"
     "{%- endfor -%}{%- endif -%}"

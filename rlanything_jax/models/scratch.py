@@ -15,6 +15,8 @@ from pathlib import Path
 
 from flax import nnx
 
+from rlanything_jax.models.decoder import Decoder
+from rlanything_jax.models.decoder_family import save as save_decoder
 from rlanything_jax.models.model_config import DecoderConfig, RopeConfig
 from rlanything_jax.models.tokenizer import write_tokenizer_dir
 
@@ -64,9 +66,6 @@ def build_scratch_model_dir(out_dir: str | Path, corpus: Iterable[str],
                             arch: ScratchArchitecture = ScratchArchitecture(),
                             seed: int = 0) -> Path:
     """Trains the tokenizer on `corpus`, initialises a decoder, and saves both to `out_dir`."""
-    from rlanything_jax.models.decoder import Decoder
-    from rlanything_jax.models.hf_io import save_pretrained
-
     out = Path(out_dir)
     backend = train_tokenizer(corpus, arch.vocab_size)
     write_tokenizer_dir(backend, out, {
@@ -74,5 +73,5 @@ def build_scratch_model_dir(out_dir: str | Path, corpus: Iterable[str],
         "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "bos_token": None,
         "model_max_length": arch.max_position_embeddings, "clean_up_tokenization_spaces": False})
     model = Decoder(decoder_config(arch, backend.get_vocab_size()), rngs=nnx.Rngs(seed))
-    save_pretrained(model, out)
+    save_decoder(model, out)
     return out

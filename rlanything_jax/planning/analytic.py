@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from types import SimpleNamespace
 
 import jax
@@ -65,8 +66,10 @@ def per_device_bytes(params: nnx.State, mesh: Mesh, itemsize: int | None = None)
     return total
 
 
-def vision_param_bytes(params: nnx.State, mesh: Mesh, itemsize: int | None = None) -> int:
-    return per_device_bytes(params["visual"], mesh, itemsize) if "visual" in params else 0
+def vision_param_bytes(params: nnx.State, mesh: Mesh, vision_params: Sequence[str],
+                       itemsize: int | None = None) -> int:
+    """Per-device bytes of the parameters a model names as its vision part (`VisionPlan.vision_params`)."""
+    return sum(per_device_bytes(params[name], mesh, itemsize) for name in vision_params if name in params)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,13 +81,14 @@ class LearnerBytes:
     master: int = 0      # a float32 copy of low-precision parameters (master_copy)
 
 
-def learner_bytes(params: nnx.State, mesh: Mesh, train_cfg, micro_batches: int, freeze_vision: bool) -> LearnerBytes:
+def learner_bytes(params: nnx.State, mesh: Mesh, train_cfg, micro_batches: int, freeze_vision: bool,
+                  vision_params: Sequence[str] = ()) -> LearnerBytes:
     parameters = per_device_bytes(params, mesh)
     as_float32 = per_device_bytes(params, mesh, itemsize=4)
     master = as_float32 if train_cfg.master_copy and as_float32 != parameters else 0
     # With a master copy, the moments and the gradients' accumulator are float32 (rl/train_step.py).
     itemsize = 4 if master else None
-    trained = per_device_bytes(params, mesh, itemsize) - (vision_param_bytes(params, mesh, itemsize)
+    trained = per_device_bytes(params, mesh, itemsize) - (vision_param_bytes(params, mesh, vision_params, itemsize)
                                                           if freeze_vision else 0)
     reference = parameters if train_cfg.kl_reference == "initial" else 0
     accumulator = (master or parameters) if micro_batches > 1 else 0
@@ -126,22 +130,11 @@ def train_activation_bytes(arch: Architecture, shapes: TrainShapes, mesh: Mesh, 
 
 def train_image_bytes(arch: Architecture, shapes: TrainShapes, mesh: Mesh, compute_itemsize: int,
                       freeze_vision: bool, remat: str = "none") -> int:
-    """The vision tower's activations for one micro-batch's images (none when the tower is frozen: the step
-    then reads cached features, [rows, tokens, embed] x (1 + DeepStack levels)). Under remat its blocks keep
-    what the decoder layers keep (the block input, plus the projections' outputs under "dots") and
-    recompute one block at a time."""
-    if arch.vl is None or not shapes.image_patches:
+    """The vision part's activations for one micro-batch's images (`VisionPlan.train_bytes`)."""
+    if arch.vision is None or not shapes.image_patches:
         return 0
-    v, rows, patches = arch.vl.vision, rows_per_device(shapes.rows, mesh), shapes.image_patches
-    tokens = patches // v.spatial_merge_size ** 2
-    features = rows * tokens * arch.text.hidden_size * 4 * (1 + len(v.deepstack_visual_indexes))
-    if freeze_vision:
-        return features
-    per_block = patches * (8 * v.hidden_size + 2 * v.intermediate_size) * compute_itemsize
-    if remat == "none":
-        return rows * v.depth * per_block + features
-    kept = {"dots": 6 * v.hidden_size + v.intermediate_size, "full": v.hidden_size}[remat]
-    return rows * (v.depth * patches * kept * compute_itemsize + per_block) + features
+    return arch.vision.train_bytes(rows_per_device(shapes.rows, mesh), shapes.image_patches, compute_itemsize,
+                                   freeze_vision, remat)
 
 
 def kv_cache_bytes(arch: Architecture, rows: int, cache_length: int, mesh: Mesh, compute_itemsize: int) -> int:
@@ -161,12 +154,8 @@ def prefill_activation_bytes(arch: Architecture, shapes: SamplerShapes, mesh: Me
 
 
 def sampler_image_bytes(arch: Architecture, shapes: SamplerShapes, compute_itemsize: int) -> int:
-    """Every prefilled row's image embeddings and DeepStack features (replicated), and one image through
-    the tower (one block at a time)."""
-    if arch.vl is None or not shapes.images_per_row:
+    """Every prefilled row's image features and one image through the vision part (`VisionPlan.sampler_bytes`)."""
+    if arch.vision is None or not shapes.images_per_row:
         return 0
-    v = arch.vl.vision
-    tokens = shapes.prefill_rows * shapes.images_per_row * shapes.image_tokens
-    features = tokens * arch.text.hidden_size * compute_itemsize * (1 + len(v.deepstack_visual_indexes))
-    tower = shapes.patches_per_image * (4 * v.hidden_size + v.intermediate_size) * 4
-    return features + tower
+    return arch.vision.sampler_bytes(shapes.prefill_rows * shapes.images_per_row, shapes.image_tokens,
+                                     shapes.patches_per_image, compute_itemsize)

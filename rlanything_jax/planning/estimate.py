@@ -58,13 +58,15 @@ def estimate(cfg: RunConfig, models: dict, num_devices: int, micro_batches: int 
     """`models`: role -> Model for "policy" and "reward" (and "environment" when the curriculum uses it)."""
     mesh = analytic.Mesh(sharding_lib.mesh_axis_sizes(dict(cfg.mesh.shape), num_devices),
                          tuple(cfg.sharding.logical_axis_rules))
-    load = load or workload(cfg, {role: models[role].arch.vl is not None for role in ROLES}, micro_batches)
+    load = load or workload(cfg, {role: models[role].arch.vision for role in ROLES}, micro_batches)
     resident, programs, resident_of = {}, {}, {}
     for role in ROLES:
         model, train_cfg = models[role], getattr(cfg.train, role)
         compute = _ITEMSIZE[getattr(cfg.model, role).compute_dtype]
         shapes = load.train[role]
-        learner = analytic.learner_bytes(model.params, mesh, train_cfg, shapes.micro_batches, cfg.model.freeze_vision)
+        vision_params = () if model.arch.vision is None else model.arch.vision.vision_params
+        learner = analytic.learner_bytes(model.params, mesh, train_cfg, shapes.micro_batches, cfg.model.freeze_vision,
+                                         vision_params)
         resident[f"{role} parameters"] = learner.parameters
         resident[f"{role} optimizer"] = learner.optimizer
         if learner.master:

@@ -21,8 +21,6 @@ from jax.sharding import Mesh
 
 from rlanything_jax import sharding as sharding_lib
 from rlanything_jax.config import RunConfig
-from rlanything_jax.interfaces import ModelInputs
-from rlanything_jax.models.qwen3_vl.patches import PatchLayout
 from rlanything_jax.planning.architectures import Architecture, abstract_model
 from rlanything_jax.planning.workload import SamplerShapes, TrainShapes
 from rlanything_jax.rl.phase import Learner
@@ -97,19 +95,11 @@ def _abstract_batch(arch: Architecture, shapes: TrainShapes, freeze_vision: bool
     batch = TrainBatch(input_ids=sds((rows, length), i32), attention_mask=sds((rows, length), i32),
                        targets=sds((rows, window), i32), loss_mask=sds((rows, window), f32),
                        old_logp=sds((rows, window), f32), advantages=sds((rows, window), f32))
-    if arch.vl is None or not shapes.image_patches:
+    if arch.vision is None or not shapes.image_patches:
         return batch
-    vision, patches = arch.vl.vision, shapes.image_patches
-    positions = sds((rows, 3, length), i32)
-    if freeze_vision:   # the step reads the tower's cached features (rl/vision.with_cached_image_features)
-        tokens, embed = patches // vision.spatial_merge_size ** 2, arch.text.hidden_size
-        levels = len(vision.deepstack_visual_indexes)
-        return batch.replace(mrope_positions=positions, image_embeddings=sds((rows, tokens, embed), jnp.float32),
-                             image_deepstack=sds((rows, levels, tokens, embed), jnp.float32))
-    layout = PatchLayout(coords=sds((rows, patches, 2), i32), grid_hw=sds((rows, patches, 2), i32),
-                         segments=sds((rows, patches), i32), valid=sds((rows, patches), jnp.bool_))
-    return batch.replace(mrope_positions=positions, pixel_values=sds((rows, patches, vision.patch_dim), f32),
-                         image_layout=layout)
+    # Frozen: the step reads the vision part's cached features (rl/vision.with_cached_image_features).
+    return batch.replace(model_inputs=arch.vision.abstract_row_inputs(rows, length, shapes.image_patches,
+                                                                      freeze_vision))
 
 
 def lower_train_step(cfg: RunConfig, role: str, shapes: TrainShapes, mesh: Mesh) -> Callable[[Architecture], object]:
@@ -117,8 +107,8 @@ def lower_train_step(cfg: RunConfig, role: str, shapes: TrainShapes, mesh: Mesh)
 
     def lower(arch: Architecture):
         graphdef, params = abstract_model(arch, model_cfg.dtype, model_cfg.compute_dtype)
-        images = None if arch.vl is None else ImageTraining(arch.vl.image_token_id,
-                                                            arch.vl.vision.spatial_merge_size, cfg.model.freeze_vision)
+        model = nnx.merge(graphdef, params)   # abstract: its image_inputs and vision_params, no arrays
+        images = ImageTraining.of(model, cfg.model.freeze_vision)
         learner = Learner(graphdef=graphdef, train_config=train_cfg, mesh=mesh, eos_id=0, pad_id=0,
                           rules=cfg.sharding.logical_axis_rules, images=images)
         state = jax.eval_shape(lambda p: init_train_state(p, learner.tx, train_cfg.kl_reference == "initial",
@@ -135,12 +125,13 @@ def abstract_sampler(arch: Architecture, model_cfg, mesh: Mesh, rules, config: S
     """A `Sampler` over abstract parameters: its `_compile` builds the run's programs, which lower and compile
     here but are never called (nothing is placed on a device)."""
     graphdef, params = abstract_model(arch, model_cfg.dtype, model_cfg.compute_dtype)
+    image_inputs = getattr(nnx.merge(graphdef, params), "image_inputs", None)   # a VisionLM's; static
     sampler = object.__new__(Sampler)
     sampler.__dict__.update(
         model_config=arch.text, tokenizer=None, config=config, mesh=mesh, rules=rules, graphdef=graphdef,
         _param_shardings=sharding_lib.state_shardings(params, mesh, rules), params=params,
         cache_dtype=jnp.dtype(model_cfg.compute_dtype), compilations=collections.Counter(),
-        prefilled=collections.Counter(), _programs={}, vl_config=arch.vl)
+        prefilled=collections.Counter(), _programs={}, image_inputs=image_inputs)
     return sampler
 
 
@@ -148,16 +139,6 @@ def _decode_state(sampler: Sampler, rows: int, shapes: SamplerShapes):
     return jax.eval_shape(lambda: decode_lib.init_decode_state(
         sampler.model_config, rows, shapes.cache_length, bucket_length(shapes.max_new_tokens, 16),
         sampler.cache_dtype))
-
-
-def _image_inputs(arch: Architecture, rows: int, shapes: SamplerShapes, dtype) -> ModelInputs:
-    """Every row's image embeddings and DeepStack features, as `VisionInputs.inputs` pads them."""
-    count = bucket_length(rows * shapes.images_per_row * shapes.image_tokens, 16)
-    embed, levels = arch.text.hidden_size, len(arch.vl.vision.deepstack_visual_indexes)
-    sds = jax.ShapeDtypeStruct
-    return ModelInputs(embeddings=sds((count, embed), dtype), placeholder=sds((rows, shapes.prompt_length), jnp.bool_),
-                       position_ids=sds((3, rows, shapes.prompt_length), jnp.int32),
-                       deepstack=sds((levels, count, embed), dtype))
 
 
 def lower_prefill(cfg: RunConfig, role: str, shapes: SamplerShapes, mesh: Mesh) -> Callable[[Architecture], object]:
@@ -168,9 +149,13 @@ def lower_prefill(cfg: RunConfig, role: str, shapes: SamplerShapes, mesh: Mesh) 
         state = _decode_state(sampler, shapes.prefill_rows, shapes)
         tokens = jax.ShapeDtypeStruct((shapes.prefill_rows, shapes.prompt_length), jnp.int32)
         window = next(w for w in window_buckets(shapes.cache_length, shapes.min_window) if w >= shapes.prompt_length)
-        if arch.vl is not None and shapes.images_per_row:
-            inputs = _image_inputs(arch, shapes.prefill_rows, shapes, sampler.cache_dtype)
-            program = sampler._compile("prefill_images", state, window=window, image_tokens=inputs.embeddings.shape[0])
+        if arch.vision is not None and shapes.images_per_row:
+            # Every row's images, as `VisionInputs.inputs` pads them.
+            image_tokens = shapes.prefill_rows * shapes.images_per_row * shapes.image_tokens
+            inputs = arch.vision.abstract_prompt_inputs(shapes.prefill_rows, shapes.prompt_length, image_tokens,
+                                                        sampler.cache_dtype)
+            shapes_key = tuple(x.shape for x in jax.tree.leaves(inputs))
+            program = sampler._compile("prefill_images", state, window=window, input_shapes=shapes_key)
             return program.lower(sampler.params, state, tokens, tokens, inputs)
         return sampler._compile("prefill", state, window=window).lower(sampler.params, state, tokens, tokens)
 
@@ -197,33 +182,28 @@ def lower_decode(cfg: RunConfig, role: str, shapes: SamplerShapes, mesh: Mesh) -
 
 
 def lower_vision(cfg: RunConfig, role: str, shapes: SamplerShapes, mesh: Mesh) -> Callable[[Architecture], object]:
-    """The sampler's vision tower over one image's bucketed patches (`VisionInputs.features`)."""
+    """The sampler's vision program over one image's bucketed patches (`VisionInputs.features`)."""
     model_cfg = getattr(cfg.model, role)
 
     def lower(arch: Architecture):
         sampler = abstract_sampler(arch, model_cfg, mesh, cfg.sharding.logical_axis_rules, SamplerConfig())
-        graphdef, size = sampler.graphdef, shapes.patches_per_image
+        graphdef = sampler.graphdef
 
-        def program(params, pixel_values, layout):
-            model = nnx.merge(graphdef, params)
-            return model.visual(pixel_values.astype(model.dtype), layout)
+        def program(params, tower_input):
+            return nnx.merge(graphdef, params).encode_image(tower_input)
 
-        sds = jax.ShapeDtypeStruct
-        layout = PatchLayout(coords=sds((size, 2), jnp.int32), grid_hw=sds((size, 2), jnp.int32),
-                             segments=sds((size,), jnp.int32), valid=sds((size,), jnp.bool_))
-        pixels = sds((size, arch.vl.vision.patch_dim), jnp.float32)
-        return jax.jit(program, in_shardings=(sampler._param_shardings, None, None)).lower(sampler.params, pixels,
-                                                                                             layout)
+        tower_input = arch.vision.abstract_tower_input(shapes.patches_per_image)
+        return jax.jit(program, in_shardings=(sampler._param_shardings, None)).lower(sampler.params, tower_input)
 
     return lower
 
 
 def layer_counts(arch: Architecture, layers: int) -> tuple[int, ...]:
     """The depths to compile: the model's own (layers 0 or at least its depth), else k and 2k layers (k at
-    least the DeepStack levels of a Qwen3-VL, whose first layers differ)."""
+    least past the first layers that differ from the rest, `VisionPlan.distinct_layers`)."""
     depth = arch.text.num_layers
     if layers <= 0 or 2 * layers >= depth:
         return (depth,)
-    levels = 0 if arch.vl is None else len(arch.vl.vision.deepstack_visual_indexes)
-    k = max(layers, levels + 1)
+    distinct = 0 if arch.vision is None else arch.vision.distinct_layers
+    k = max(layers, distinct + 1)
     return (k, 2 * k) if 2 * k < depth else (depth,)

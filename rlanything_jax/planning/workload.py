@@ -4,8 +4,8 @@ Train steps: `micro_batch_size` rows of `max_prompt_tokens + max_response_tokens
 `rl/data.collate` rounds a batch's width), in a scan of `micro_batches` micro-batches (the Learner's
 path for more than one: it carries a gradient accumulator). Samplers: the rollout's rows (tasks x
 group, or `max_live_episodes` slots) with a cache as `agents/rollout` sizes it, and the
-judge's calls (`JudgeConfig.batch_size // m` prompts, each sampled m times). Images: a Qwen3-VL
-scenario's screenshots per row (`tasks.image_history` for the policy, before and after a step for
+judge's calls (`JudgeConfig.batch_size // m` prompts, each sampled m times). Images: a vision-language
+model's (`VisionPlan`) screenshots per row (`tasks.image_history` for the policy, before and after a step for
 the reward model), resized as the agent resizes them.
 """
 
@@ -15,14 +15,11 @@ import dataclasses
 
 from rlanything_jax.agents.judging import JudgeConfig
 from rlanything_jax.config import RunConfig
-from rlanything_jax.models.qwen3_vl.patches import bucket_patches
-from rlanything_jax.models.qwen3_vl.processor import smart_resize
+from rlanything_jax.models.family import VisionPlan
 from rlanything_jax.rl.data import _bucket as train_width_bucket
 from rlanything_jax.sampling.sampler import SamplerConfig, bucket_length
 
 ROLES = ("policy", "reward")
-PATCH = 16          # Qwen3-VL pixels per patch side
-MERGE = 2           # patches per image token side
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,39 +50,37 @@ class Workload:
     sampler: dict[str, SamplerShapes]  # by role
 
 
-def screenshot_patches(cfg: RunConfig) -> int:
-    """Patches of one screenshot (0 for a scenario without screens), resized by the agent's smart_resize."""
+def screenshot_patches(cfg: RunConfig, vision: VisionPlan | None) -> int:
+    """Patches of one screenshot as the model resizes it (0 for a text model or a scenario without screens)."""
     tasks = cfg.tasks
-    if not all(hasattr(tasks, key) for key in ("screen_width", "screen_height", "max_pixels")):
+    if vision is None or not all(hasattr(tasks, key) for key in ("screen_width", "screen_height", "max_pixels")):
         return 0
-    height, width = smart_resize(tasks.screen_height, tasks.screen_width, factor=PATCH * MERGE,
-                                 max_pixels=tasks.max_pixels)
-    return (height // PATCH) * (width // PATCH)
+    return vision.screenshot_patches(tasks.screen_height, tasks.screen_width, tasks.max_pixels)
 
 
-def images_per_row(cfg: RunConfig, role: str, vision_language: bool) -> int:
-    if not vision_language or not screenshot_patches(cfg):
+def images_per_row(cfg: RunConfig, role: str, vision: VisionPlan | None) -> int:
+    if not screenshot_patches(cfg, vision):
         return 0
     return getattr(cfg.tasks, "image_history", 1) if role == "policy" else 2   # the judge: before and after
 
 
-def train_shapes(cfg: RunConfig, role: str, vision_language: bool, micro_batches: int) -> TrainShapes:
+def train_shapes(cfg: RunConfig, role: str, vision: VisionPlan | None, micro_batches: int) -> TrainShapes:
     train = getattr(cfg.train, role)
     length = train_width_bucket(train.max_prompt_tokens + train.max_response_tokens, 32)
     # A packed multi-turn episode has responses from its first turn on: its loss window is the whole row.
     multi_turn = role == "policy" and train.pack_turns and cfg.rollout.max_turns > 1
     window = length if multi_turn else min(length, train_width_bucket(train.max_response_tokens, 32))
-    images = images_per_row(cfg, role, vision_language)
-    patches = bucket_patches(images * screenshot_patches(cfg)) if images else 0
+    images = images_per_row(cfg, role, vision)
+    patches = vision.bucket_patches(images * screenshot_patches(cfg, vision)) if images else 0
     return TrainShapes(rows=train.micro_batch_size, micro_batches=micro_batches, length=length, window=window,
                        image_patches=patches)
 
 
-def sampler_shapes(cfg: RunConfig, role: str, vision_language: bool) -> SamplerShapes:
+def sampler_shapes(cfg: RunConfig, role: str, vision: VisionPlan | None) -> SamplerShapes:
     rollout, config = cfg.rollout, SamplerConfig()
-    images = images_per_row(cfg, role, vision_language)
-    patches = bucket_patches(screenshot_patches(cfg)) if images else 0
-    image_tokens = screenshot_patches(cfg) // MERGE ** 2 if images else 0
+    images = images_per_row(cfg, role, vision)
+    patches = vision.bucket_patches(screenshot_patches(cfg, vision)) if images else 0
+    image_tokens = vision.image_tokens(screenshot_patches(cfg, vision)) if images else 0
     if role == "policy":
         episodes = rollout.tasks_per_step * rollout.group_size
         if rollout.max_live_episodes:   # slots refilled one episode at a time, or waves of whole tasks
@@ -111,6 +106,7 @@ def sampler_shapes(cfg: RunConfig, role: str, vision_language: bool) -> SamplerS
                          cfg.reward.max_new_tokens, config.min_window, images, patches, image_tokens)
 
 
-def workload(cfg: RunConfig, vision_language: dict[str, bool], micro_batches: int = 2) -> Workload:
-    return Workload(train={role: train_shapes(cfg, role, vision_language[role], micro_batches) for role in ROLES},
-                    sampler={role: sampler_shapes(cfg, role, vision_language[role]) for role in ROLES})
+def workload(cfg: RunConfig, visions: dict[str, VisionPlan | None], micro_batches: int = 2) -> Workload:
+    """The run's shapes; `visions`: each role's model's `VisionPlan` (None for a text model)."""
+    return Workload(train={role: train_shapes(cfg, role, visions[role], micro_batches) for role in ROLES},
+                    sampler={role: sampler_shapes(cfg, role, visions[role]) for role in ROLES})

@@ -19,14 +19,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from typing import Iterator, NamedTuple, Sequence
+from typing import Any, Iterator, NamedTuple, Sequence
 
 import grain
-import jax
 import numpy as np
 
-from rlanything_jax.models.qwen3_vl.patches import bucket_patches, next_segment, patch_layout
-from rlanything_jax.models.qwen3_vl.processor import ImageInput, get_rope_index, image_token_count
+from rlanything_jax.interfaces import ImageInputs
 from rlanything_jax.rl.losses import AGGREGATIONS
 from rlanything_jax.rl.train_config import OVERLONG_PROMPT_POLICIES
 from rlanything_jax.rl.train_step import TrainBatch
@@ -47,9 +45,9 @@ class Example:
     old_logprobs: Sequence[float]   # one per response token, from the sampler (any value on context tokens)
     ref_logprobs: Sequence[float] | None = None
     segments: Sequence[Segment] | None = None  # None: the whole response is one segment (a plain example)
-    # A vision-language example's images, in order, one per run of image pads in prompt_ids (whose pads
-    # are expanded: `models.qwen3_vl.processor.prepare_prompt`).
-    images: Sequence[ImageInput] | None = None
+    # A vision-language example's images as its model encodes them (`interfaces.ImageInputs.encode`), in
+    # order, one per run of image pads in prompt_ids (whose pads are expanded: `ImageInputs.expand`).
+    images: Sequence[Any] | None = None
     # The sampler ended the response on a stop string (no stop token): it is trained as sampled, with no
     # EOS appended (the template closes the turn after it, and the model never wrote an EOS there).
     stop_string: bool = False
@@ -76,9 +74,8 @@ class DataConfig:
     # Targets, loss mask, log-probs and per-token advantages for the last W columns only (W: the columns
     # from the earliest response on, rounded up to a bucket): the train step then computes logits there.
     loss_window: bool = True
-    # Vision-language examples: the image pad token and the vision merge size (M-RoPE positions).
-    image_token_id: int | None = None
-    merge_size: int = 2
+    # Vision-language examples: how the model reads their images (its pad token, token counts, batch inputs).
+    images: ImageInputs | None = None
 
 
 def _bucket(n: int, minimum: int) -> int:
@@ -115,31 +112,33 @@ def pack_turns(steps: Sequence[Example]) -> Example | None:
                    stop_string=steps[-1].stop_string)
 
 
-def _images_within(images: Sequence[ImageInput] | None, prompt: Sequence[int], image_token_id: int | None,
-                   merge_size: int = 2) -> Sequence[ImageInput] | None:
+def _images_within(images: Sequence[Any] | None, prompt: Sequence[int],
+                   image_inputs: ImageInputs | None) -> Sequence[Any] | None:
     """The leading images whose pads a prefix of the packed sequence holds."""
     if not images:
         return images
-    pads = sum(1 for t in prompt if t == image_token_id)
+    if image_inputs is None:
+        raise ValueError("unpacking an example with images needs the model's ImageInputs")
+    pads = sum(1 for t in prompt if t == image_inputs.image_token_id)
     kept, used = [], 0
     for image in images:
         if used >= pads:
             break
-        used += image_token_count(image.grid_thw, merge_size)
+        used += image_inputs.token_count(image)
         kept.append(image)
     return kept
 
 
-def unpack(example: Example, image_token_id: int | None = None, merge_size: int = 2) -> list[Example]:
+def unpack(example: Example, images: ImageInputs | None = None) -> list[Example]:
     """The plain per-step examples of a packed example (inverse of `pack_turns`; with images, each step
-    keeps those its prompt holds, which needs the image pad id)."""
+    keeps those its prompt holds, which needs the model's `ImageInputs`)."""
     prompt, response = list(example.prompt_ids), list(example.response_ids)
     ref = example.ref_logprobs
     assert example.segments is not None   # a packed example
     last = len(example.segments) - 1
     return [Example(prompt + response[:s], response[s:e], a, list(example.old_logprobs[s:e]),
                     None if ref is None else list(ref[s:e]),
-                    images=_images_within(example.images, prompt + response[:s], image_token_id, merge_size),
+                    images=_images_within(example.images, prompt + response[:s], images),
                     stop_string=example.stop_string and i == last)
             for i, (s, e, a) in enumerate(example.segments)]
 
@@ -219,7 +218,7 @@ def _prepare_packed(ex: Example, cfg: DataConfig, counts: dict[str, int]) -> lis
     ref = None if ref is None else ref[:kept[-1].end]
     if len(ex.prompt_ids) + len(response) > cfg.max_prompt_tokens + cfg.max_response_tokens:
         counts["packed_fallback"] += 1
-        steps = unpack(ex, cfg.image_token_id, cfg.merge_size)
+        steps = unpack(ex, cfg.images)
         return [p for p in (_prepare_plain(step, cfg, counts) for step in steps) if p is not None]
     for name, count in local.items():
         counts[name] += count
@@ -234,8 +233,8 @@ def prepare_examples(examples: Sequence[Example], cfg: DataConfig) -> tuple[list
     counts = dict(examples=len(examples), prompts_dropped=0, prompts_truncated=0, responses_truncated=0,
                   eos_appended=0, zero_advantage_dropped=0)
     if any(ex.images for ex in examples):
-        if cfg.image_token_id is None:
-            raise ValueError("examples with images need DataConfig.image_token_id")
+        if cfg.images is None:
+            raise ValueError("examples with images need DataConfig.images (the model's image_inputs)")
         counts.update(image_prompts_dropped=0)
     if any(ex.segments is not None for ex in examples):  # plain-only runs keep their exact counts
         counts.update(packed=0, packed_segments=0, packed_fallback=0, packed_eos_skipped=0,
@@ -315,35 +314,9 @@ def collate(examples: Sequence[Example], cfg: DataConfig) -> TrainBatch:
                        advantages=advantages if advantages.ndim == 1 else cut(advantages),  # type: ignore[arg-type]
                        ref_logp=cut(ref))
     if any(e.images for e in examples):
-        batch = batch.replace(**_image_arrays(examples, ids, attention, cfg))
+        rows = [list(e.images or ()) for e in examples]
+        batch = batch.replace(model_inputs=cfg.images.batch_inputs(ids, attention, rows))
     return batch
-
-
-def _image_arrays(examples: Sequence[Example], ids: np.ndarray, attention: np.ndarray,
-                  cfg: DataConfig) -> dict[str, np.ndarray]:
-    """Each row's M-RoPE positions [B, 3, L] and images, packed in order and padded to one bucketed patch
-    count P (`patches.bucket_patches`): pixel_values [B, P, patch_dim] and their `PatchLayout` [B, P, ...].
-    Images of any grids mix in a batch; the step compiles per bucket. Segment ids increase over the
-    whole batch, so that rows flattened together (and any split into micro-batches) attend within
-    their own images only."""
-    images = [list(e.images or ()) for e in examples] + [[]] * (ids.shape[0] - len(examples))
-    size = bucket_patches(max(sum(image.pixel_values.shape[0] for image in row) for row in images))
-    patch_dim = next(image for row in images for image in row).pixel_values.shape[-1]
-    pixel_values = np.zeros((ids.shape[0], size, patch_dim), np.float32)
-    positions = np.zeros((ids.shape[0], 3, ids.shape[1]), np.int32)
-    layouts, first_segment = [], 0
-    assert cfg.image_token_id is not None   # prepare_examples requires it for examples with images
-    for row, row_images in enumerate(images):
-        if row_images:
-            packed = np.concatenate([image.pixel_values for image in row_images])
-            pixel_values[row, :packed.shape[0]] = packed
-        layouts.append(patch_layout([image.grid_thw for image in row_images], cfg.merge_size, size, first_segment))
-        first_segment = next_segment(layouts[-1])
-        row_grids = np.asarray([image.grid_thw for image in row_images], np.int64).reshape(-1, 3)
-        positions[row] = get_rope_index(ids[row:row + 1], row_grids, cfg.image_token_id, attention[row:row + 1],
-                                        cfg.merge_size)[0][:, 0]
-    layout = jax.tree.map(lambda *rows: np.stack(rows), *layouts)
-    return dict(mrope_positions=positions, pixel_values=pixel_values, image_layout=layout)
 
 
 def even_split(count: int, parts: int) -> list[int]:

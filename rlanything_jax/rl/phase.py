@@ -76,7 +76,7 @@ class Learner:
         if self.images is not None and self.images.freeze_vision:
             if self.train_config.lora.enabled:
                 raise ValueError("LoRA with model.freeze_vision is not supported")
-            self.tx = freeze_vision(self.tx)
+            self.tx = freeze_vision(self.tx, self.images.vision_params)
 
     def fresh_state(self, params, adapters=None, seed: int = 0) -> TrainState:
         """A new train state at `params` for this learner: its optimizer, and a frozen copy of `params` as
@@ -99,8 +99,8 @@ class Learner:
         return multihost.to_device(batch, batch_shardings(batch, self.mesh, self.rules))
 
     def _step_fn(self, state: TrainState, batch: TrainBatch, num_micro: int):
-        # Images through the tower (their bucketed patch count) or cached features (their token count).
-        images = tuple(x.shape for x in (batch.pixel_values, batch.image_embeddings) if x is not None)
+        # A vision-language batch's own inputs: images through the vision part, or cached features.
+        images = tuple(x.shape for x in jax.tree.leaves(batch.model_inputs))
         key = (num_micro,) + tuple(batch.input_ids.shape) + (batch.targets.shape[1], batch.ref_logp is None,
                                                               state.reference is None, images)
         if key not in self.compiled:
@@ -116,9 +116,9 @@ class Learner:
     def with_frozen_features(self, params, batch: TrainBatch) -> TrainBatch:
         """With a frozen tower, the batch's images replaced by their features (one tower forward, no
         gradient): the step then never runs the tower. Otherwise the batch as it is."""
-        if self.images is None or not self.images.freeze_vision or batch.pixel_values is None:
+        if self.images is None or not self.images.freeze_vision or batch.model_inputs is None:
             return batch
-        key = ("vision_features",) + tuple(batch.pixel_values.shape)
+        key = ("vision_features",) + tuple(x.shape for x in jax.tree.leaves(batch.model_inputs))
         if key not in self.compiled:
             self.compiled[key] = jax.jit(lambda p, b: with_cached_image_features(self.graphdef, p, b))
         return self.compiled[key](params, batch)
@@ -172,8 +172,7 @@ def train_phase(learner: Learner, state: TrainState, examples: Sequence[Example]
                           stop_ids=tuple(learner.stop_ids),
                           pad_id=learner.pad_id, overlong_prompt=cfg.overlong_prompt,
                           append_eos=cfg.append_eos, aggregation=cfg.aggregation, seed=seed,
-                          image_token_id=None if learner.images is None else learner.images.image_token_id,
-                          merge_size=2 if learner.images is None else learner.images.merge_size)
+                          images=None if learner.images is None else learner.images.inputs)
     probe = BatchIterator(examples, data_cfg)  # applies the length rules once, for the counts
     for name, count in probe.counts.items():
         metrics[f"{prefix}_data/{name}"] += count

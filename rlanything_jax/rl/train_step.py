@@ -34,7 +34,6 @@ from flax import nnx, struct
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from rlanything_jax import sharding as sharding_lib
-from rlanything_jax.models.qwen3_vl.patches import PatchLayout
 from rlanything_jax.rl.losses import PPOSums, ppo_clip_k3_sums, ppo_loss_from_sums
 from rlanything_jax.rl.train_state import TrainState, train_state_shardings
 
@@ -51,16 +50,9 @@ class TrainBatch(struct.PyTreeNode):   # struct.dataclass with a typed `replace`
     prefix_ids: jax.Array | None = None
     prefix_mask: jax.Array | None = None
     prefix_index: jax.Array | None = None
-    # Vision-language rows (Qwen3-VL; `rl/data.collate` builds them): M-RoPE positions [N, 3, L] and either
-    # each row's images, pixel_values [N, P, patch_dim] (packed in order, padded to a bucketed patch count
-    # P) with their patch layout (per-patch arrays [N, P, ...], any grids: `patches.PatchLayout`), or their
-    # cached vision features, image_embeddings [N, K, embed] and image_deepstack [N, levels, K, embed]
-    # (a frozen vision tower: no vision forward in the step).
-    mrope_positions: jax.Array | None = None
-    pixel_values: jax.Array | None = None
-    image_embeddings: jax.Array | None = None
-    image_deepstack: jax.Array | None = None
-    image_layout: PatchLayout | None = None
+    # A vision-language model's own inputs for these rows (`interfaces.ImageInputs.batch_inputs`; `rl/data.collate`
+    # builds them): a pytree read only by the model, every leaf with the rows first.
+    model_inputs: Any = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,11 +85,10 @@ def token_logprobs(graphdef: nnx.GraphDef, params: nnx.State | tuple[nnx.State, 
     model = nnx.merge(graphdef, *params) if isinstance(params, tuple) else nnx.merge(graphdef, params)
     if remat != "none":
         model.remat = remat   # a fresh module of this trace: the graphdef itself is left as it is
-    if images is not None and images.mrope_positions is not None:   # a vision-language batch
+    if images is not None and images.model_inputs is not None:   # a vision-language batch
         if prefixes is not None:
             raise ValueError("shared prefixes are not supported for rows with images")
-        inputs = model.row_inputs(input_ids, images.mrope_positions, images.pixel_values, images.image_layout,
-                                  images.image_embeddings, images.image_deepstack)
+        inputs = model.batch_model_inputs(input_ids, images.model_inputs, remat)
         hidden = model.hidden_states(input_ids, attention_mask, last=window, inputs=inputs)
     elif prefixes is None:
         hidden = model.hidden_states(input_ids, attention_mask, last=window)
@@ -212,11 +203,11 @@ def share_prompt_prefixes(batch: TrainBatch, group_size: int, prefix_length: int
     Not wired into the training loop: `rl/phase.train_phase` shuffles rows across groups and
     never calls it; bench/train_step.py measures what it saves.
 
-    Switched off for a vision-language batch (its rows' image features and M-RoPE positions would have
+    Switched off for a vision-language batch (its rows' model inputs, e.g. image features and positions, would have
     to be split between prefix and rows): the batch comes back unchanged and `counts` gets its rows
     under "prefix_sharing_off_images".
     """
-    if batch.mrope_positions is not None:
+    if batch.model_inputs is not None:
         if counts is not None:
             counts["prefix_sharing_off_images"] = counts.get("prefix_sharing_off_images", 0) + batch.input_ids.shape[0]
         return batch

@@ -23,7 +23,6 @@ from jax.sharding import Mesh
 from rlanything_jax import multihost
 from rlanything_jax import sharding as sharding_lib
 from rlanything_jax.interfaces import CausalLM, cache_is_stacked
-from rlanything_jax.models.qwen3_vl.processor import ImageInput
 from rlanything_jax.sampling import decode as decode_lib
 from rlanything_jax.sampling.buckets import bucket_length
 from rlanything_jax.sampling.stops import Completion, finish_rows
@@ -84,9 +83,10 @@ class Sampler:
         # Real (non-padding) "rows" and "tokens" sent through prefill: shows what replication saves.
         self.prefilled: collections.Counter[str] = collections.Counter()
         self._programs: dict[tuple, Any] = {}
-        self.vl_config = getattr(model, "vl_config", None)   # set for vision-language models (Qwen3-VL)
-        self._vision = (VisionInputs(self.vl_config, self.graphdef, self._param_shardings, self.compilations)
-                        if self.vl_config is not None else None)
+        # A vision-language model's host-side image handling (`interfaces.VisionLM`); None for a text model.
+        self.image_inputs = getattr(model, "image_inputs", None)
+        self._vision = (VisionInputs(self.image_inputs, self.graphdef, self._param_shardings, self.compilations)
+                        if self.image_inputs is not None else None)
 
     # ------------------------------------------------------------------ weights
 
@@ -143,7 +143,7 @@ class Sampler:
                                           **static)
             in_shardings = (self._param_shardings, state_shardings, batch_2d, batch_2d)
         elif kind == "prefill_images":
-            static.pop("image_tokens")   # only a cache key: the embeddings' bucketed row count
+            static.pop("input_shapes")   # only a cache key: the shapes of the model's inputs
 
             def program(params, state, tokens, valid, inputs):
                 counter["prefill_images"] += 1
@@ -194,13 +194,14 @@ class Sampler:
 
     def start(self, prompts: Sequence[Sequence[int]], max_new_tokens: int,
               cache_length: int | None = None, num_samples: int = 1,
-              images: Sequence[Sequence[ImageInput]] | None = None) -> Conversation:
+              images: Sequence[Sequence[Any]] | None = None) -> Conversation:
         """Prefills a batch of token-id prompts into a fresh cache.
 
         With num_samples = k, each prompt is prefilled once and its cache row copied k
         times: the conversation has k rows per prompt, prompt-major (prompt 0's k rows first).
         A vision-language model's prompts may hold images: `images[row]` are that row's, in
-        order, each matching a run of image pads in the prompt (`processor.prepare_prompt`).
+        order, as the model encodes them (`ImageInputs.encode`), each matching a run of image pads in the
+        prompt (`ImageInputs.expand`).
         """
         if not prompts or any(len(p) == 0 for p in prompts):
             raise ValueError("every prompt needs at least one token")
@@ -231,7 +232,7 @@ class Sampler:
         conversation.num_rows = rows
 
     def extend(self, conversation: Conversation, new_tokens: Sequence[Sequence[int]],
-               images: Sequence[Sequence[ImageInput]] | None = None) -> None:
+               images: Sequence[Sequence[Any]] | None = None) -> None:
         """Appends each row's next tokens (e.g. the next observation, with `images[row]` for a vision-language
         model: a new screenshot); rows given [] sit the turn out. The history is not read again."""
         if len(new_tokens) != conversation.num_rows:
@@ -243,7 +244,7 @@ class Sampler:
         self._append(conversation, new_tokens, length, images)
 
     def join(self, conversation: Conversation, rows: Sequence[int], prompts: Sequence[Sequence[int]],
-             images: Sequence[Sequence[ImageInput]] | None = None, num_samples: int = 1) -> None:
+             images: Sequence[Sequence[Any]] | None = None, num_samples: int = 1) -> None:
         """Starts new conversations in `rows` of a running one (continuous batching): the prompts are prefilled
         on their own, batched, and their cache rows placed in the conversation's, ending at its write column;
         whatever those rows held is forgotten. The others keep their caches and do not wait for a prefill of
@@ -289,7 +290,7 @@ class Sampler:
                             num_rows=len(rows))
 
     def _append(self, conversation: Conversation, token_lists: Sequence[Sequence[int]], length: int,
-                images: Sequence[Sequence[ImageInput]] | None = None) -> None:
+                images: Sequence[Sequence[Any]] | None = None) -> None:
         state = conversation.state
         batch = state.done.shape[0]
         tokens = np.full((batch, length), self.config.pad_token_id, np.int32)
@@ -304,10 +305,10 @@ class Sampler:
                               tokens=sum(len(ids) for ids in token_lists))
         if images is not None and any(images):
             if self._vision is None:
-                raise ValueError("images need a vision-language model (one with a vl_config)")
+                raise ValueError("images need a vision-language model (an interfaces.VisionLM, with image_inputs)")
             inputs = self._vision.inputs(self.params, multihost.to_host(state.positions), tokens, valid, images)
-            assert inputs.embeddings is not None   # the images' features
-            program = self._program("prefill_images", state, window=window, image_tokens=inputs.embeddings.shape[0])
+            shapes = tuple(x.shape for x in jax.tree.leaves(inputs))
+            program = self._program("prefill_images", state, window=window, input_shapes=shapes)
             tokens, valid = multihost.to_device((tokens, valid), self._rows_sharding(state, 2))
             conversation.state = program(self.params, state, tokens, valid, inputs)
             return
@@ -364,7 +365,7 @@ class Sampler:
     def generate(self, prompts: Sequence[str] | Sequence[Sequence[int]], max_new_tokens: int,
                  strategy: SamplingStrategy = Greedy(), seed: int = 0, chat: bool = False,
                  stop_strings: Sequence[str] = (), stop_token_ids: Sequence[int] | None = None,
-                 num_samples: int = 1, images: Sequence[Sequence[ImageInput]] | None = None) -> list[Completion]:
+                 num_samples: int = 1, images: Sequence[Sequence[Any]] | None = None) -> list[Completion]:
         """Prompts (text, chat messages' user text with chat=True, or token ids) -> completions.
 
         num_samples completions per prompt, prompt-major; each prompt is prefilled once. `images[i]` are

@@ -17,12 +17,11 @@ for the same seed (but are reproducible).
 from __future__ import annotations
 
 from collections import Counter, deque
-from typing import Sequence, cast
+from typing import Any, Sequence, cast
 
 import numpy as np
 
 from rlanything_jax import multihost
-from rlanything_jax.models.qwen3_vl.processor import ImageInput
 from rlanything_jax.progress import Progress
 from rlanything_jax.sampling.sampler import Conversation, Sampler, bucket_length
 from rlanything_jax.sampling.stops import Completion, completion_of
@@ -34,7 +33,7 @@ REFILL_EVERY = 16   # decode steps between refills: a host round trip per pause,
 
 def generate_in_slots(sampler: Sampler, prompts: Sequence[Sequence[int]], max_new_tokens: int,
                       strategy: SamplingStrategy = Greedy(), *, slots: int, num_samples: int = 1, seed: int = 0,
-                      images: Sequence[Sequence[ImageInput]] | None = None,
+                      images: Sequence[Sequence[Any]] | None = None,
                       stop_token_ids: Sequence[int] | None = None, refill_every: int = REFILL_EVERY,
                       metrics: Counter | None = None, tag: str = "slots") -> list[Completion]:
     """num_samples completions of each token-id prompt, prompt-major (as `Sampler.generate` returns them),
@@ -75,7 +74,7 @@ class _Slots:
     """One call's rows: `owner[row]` is the output index a row generates (None: free)."""
 
     def __init__(self, sampler: Sampler, prompts: Sequence[Sequence[int]], max_new_tokens: int, num_samples: int,
-                 capacity: int, images: Sequence[Sequence[ImageInput]] | None, metrics: Counter, tag: str):
+                 capacity: int, images: Sequence[Sequence[Any]] | None, metrics: Counter, tag: str):
         self.sampler, self.prompts, self.images = sampler, prompts, images
         self.max_new_tokens, self.num_samples, self.capacity = max_new_tokens, num_samples, capacity
         self.metrics, self.tag = metrics, tag

@@ -1,5 +1,6 @@
-"""A vision-language sampler's image inputs: each image through the vision tower once, and the M-RoPE
-positions of the prompt tokens around its image pads (`Sampler` prefills with them)."""
+"""A vision-language sampler's image inputs (`interfaces.VisionLM`): each image through the model's vision part
+once, then the model's own `ModelInputs` for the prompt tokens around its image pads (`Sampler` prefills with
+them). What an image is, and what its features are, only the model knows."""
 
 from __future__ import annotations
 
@@ -7,66 +8,39 @@ import collections
 from typing import Any, Sequence
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from rlanything_jax.interfaces import ModelInputs
-from rlanything_jax.models.qwen3_vl.patches import bucket_patches, patch_layout
-from rlanything_jax.models.qwen3_vl.processor import ImageInput, get_rope_index
-from rlanything_jax.sampling.buckets import bucket_length
+from rlanything_jax.interfaces import ImageInputs, ModelInputs
 
 
 class VisionInputs:
-    """The vision tower's programs (one per patch bucket, counted under "vision" in `compilations`)."""
+    """The vision programs (one per shape of `ImageInputs.tower_input`, counted under "vision" in
+    `compilations`)."""
 
-    def __init__(self, vl_config: Any, graphdef: nnx.GraphDef, param_shardings: Any,
+    def __init__(self, image_inputs: ImageInputs, graphdef: nnx.GraphDef, param_shardings: Any,
                  compilations: collections.Counter):
-        self.vl_config, self.graphdef, self.param_shardings = vl_config, graphdef, param_shardings
+        self.image_inputs, self.graphdef, self.param_shardings = image_inputs, graphdef, param_shardings
         self.compilations = compilations
-        self._programs: dict[int, Any] = {}
+        self._programs: dict[tuple, Any] = {}
 
-    def features(self, params: nnx.State, image: ImageInput) -> tuple[jax.Array, jax.Array]:
-        """Embeddings and DeepStack features of one image. Its patches are padded to a bucket
-        (`patches.bucket_patches`) and its grid goes in as arrays (`PatchLayout`): one vision
-        program per bucket, whatever the image sizes in it."""
-        tower = self.vl_config.vision
-        count = int(np.prod(image.grid_thw))
-        size = bucket_patches(count)
-        layout = patch_layout([image.grid_thw], tower.spatial_merge_size, size)
-        if size not in self._programs:
+    def features(self, params: nnx.State, image: Any) -> Any:
+        """One image's features (`VisionLM.encode_image`), by the program of its padded shape."""
+        tower_input = self.image_inputs.tower_input(image)
+        key = tuple((np.shape(x), np.asarray(x).dtype.str) for x in jax.tree.leaves(tower_input))
+        if key not in self._programs:
             counter, graphdef = self.compilations, self.graphdef
 
-            def program(params, pixel_values, layout):
+            def program(params, tower_input):
                 counter["vision"] += 1
-                model = nnx.merge(graphdef, params)
-                return model.visual(pixel_values.astype(model.dtype), layout)
+                return nnx.merge(graphdef, params).encode_image(tower_input)
 
-            self._programs[size] = jax.jit(program, in_shardings=(self.param_shardings, None, None))
-        pixel_values = np.zeros((size, image.pixel_values.shape[-1]), np.float32)
-        pixel_values[:count] = image.pixel_values
-        embeddings, deepstack = self._programs[size](params, pixel_values, layout)
-        tokens = count // tower.spatial_merge_size ** 2
-        return embeddings[:tokens], deepstack[:, :tokens]
+            self._programs[key] = jax.jit(program, in_shardings=(self.param_shardings, None))
+        return self._programs[key](params, tower_input)
 
     def inputs(self, params: nnx.State, next_positions: np.ndarray, tokens: np.ndarray, valid: np.ndarray,
-               images: Sequence[Sequence[ImageInput]]) -> ModelInputs:
-        """Image embeddings (each image through the vision tower once, rows padded to a bucket so that
-        prefills compile per bucket) and M-RoPE positions continuing each row's next position."""
-        cfg = self.vl_config
-        flat = [image for row in images for image in row]
-        features = [self.features(params, image) for image in flat]
-        embeddings = jnp.concatenate([f[0] for f in features], axis=0)
-        deepstack = jnp.concatenate([f[1] for f in features], axis=1)
-        count = embeddings.shape[0]
-        bucket = bucket_length(count, 16)
-        embeddings = jnp.pad(embeddings, ((0, bucket - count), (0, 0)))
-        deepstack = jnp.pad(deepstack, ((0, 0), (0, bucket - count), (0, 0)))
-        placeholder = (tokens == cfg.image_token_id) & valid.astype(bool)
-        if int(placeholder.sum()) != count:
-            raise ValueError(f"the new tokens hold {int(placeholder.sum())} image pads for {count} image tokens")
-        grids = np.asarray([image.grid_thw for image in flat], np.int64).reshape(-1, 3)
-        positions, _ = get_rope_index(tokens, grids, cfg.image_token_id, valid, cfg.vision.spatial_merge_size)
-        positions = np.where(valid[None].astype(bool), positions + next_positions[None, :, None], 0).astype(np.int32)
-        return ModelInputs(embeddings=embeddings, placeholder=jnp.asarray(placeholder),
-                           position_ids=jnp.asarray(positions), deepstack=deepstack)
+               images: Sequence[Sequence[Any]]) -> ModelInputs:
+        """The model's inputs for a prefill of `tokens` [B, T] holding `images[b]` in row b, its positions
+        continuing each row's next position."""
+        features = [self.features(params, image) for row in images for image in row]
+        return self.image_inputs.prompt_inputs(features, tokens, valid, next_positions, images)

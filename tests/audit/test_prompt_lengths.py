@@ -15,6 +15,7 @@ from rlanything_jax.agents.scenario import TaskCounts
 from rlanything_jax.agents.trajectory import Episode, StepRecord
 from rlanything_jax.config import load_config
 from rlanything_jax.envs.base import Observation
+from rlanything_jax.models.qwen3_vl.images import Qwen3VLImages
 from rlanything_jax.models.qwen_tokenizer_io import convert_qwen_tokenizer
 from rlanything_jax.models.tokenizer import Tokenizer
 from rlanything_jax.sampling.sampler import SamplerConfig
@@ -75,16 +76,18 @@ def test_osworld_paper_prompts_fit_and_judge_prompts_are_whole(qwen3_vl_tokenize
     expert_answer = prompts.answer_text(screenshot(), scenario.expert.plan(task)[0])
     episode = played([expert_answer] * cfg.rollout.max_turns)
     reward_sampler = SamplerLimit(assemble.max_cache_length(cfg, "reward"))
+    images_of = Qwen3VLImages(tok.token_to_id("<|image_pad|>"))   # the Qwen3-VL policy's and judge's
     for t in (0, 1, 2, cfg.rollout.max_turns - 1):
         policy, _ = encode_prompt(tok, prompts.step_messages(task, played([expert_answer] * t),
-                                                             episode.steps[t].observation))
+                                                             episode.steps[t].observation), image_inputs=images_of)
         assert len(policy) <= cfg.train.policy.max_prompt_tokens
-        judge, images = encode_prompt(tok, prompts.judge_messages(task, episode, t))
+        judge, images = encode_prompt(tok, prompts.judge_messages(task, episode, t), image_inputs=images_of)
         assert len(images) == 2 and len(judge) <= cfg.train.reward.max_prompt_tokens
         assert fits_sampler(reward_sampler, len(judge), cfg.reward.max_new_tokens)
         assert tok.decode(judge[:60]).startswith("<|im_start|>system\nYou are an evaluator")
     # Two previous answers of the whole 4,096 tokens still leave room for the turn: no context_full.
     long_answer = "Action: wait\n" + "think " * 4300
     long_answer = tok.decode(tok.encode(long_answer)[:cfg.rollout.max_new_tokens])
-    longest, _ = encode_prompt(tok, prompts.step_messages(task, played([long_answer] * 29), screenshot()))
+    longest, _ = encode_prompt(tok, prompts.step_messages(task, played([long_answer] * 29), screenshot()),
+                               image_inputs=images_of)
     assert len(longest) <= cfg.rollout.max_prompt_tokens

@@ -12,13 +12,15 @@ from flax import nnx
 
 from rlanything_jax.models import load_pretrained
 from rlanything_jax.models.qwen3_vl import processor
+from rlanything_jax.models.qwen3_vl.images import Qwen3VLImages
 from rlanything_jax.rl.data import DataConfig, Example, collate, pack_turns
 from rlanything_jax.rl.train_step import share_prompt_prefixes, token_logprobs
 from tests.models.qwen3_vl import vl_reference
 from tests.models.qwen3_vl.vl_reference import END, IMAGE, START
 
 EOS = 7
-DATA = DataConfig(batch_size=2, max_prompt_tokens=512, max_response_tokens=16, eos_id=EOS, image_token_id=IMAGE,
+DATA = DataConfig(batch_size=2, max_prompt_tokens=512, max_response_tokens=16, eos_id=EOS,
+                  images=Qwen3VLImages(IMAGE),
                   aggregation="sequence_mean")
 
 

@@ -12,6 +12,7 @@ import torch
 from flax import nnx
 
 from rlanything_jax.models import load_pretrained
+from rlanything_jax.models.qwen3_vl.images import Qwen3VLImages
 from rlanything_jax.rl.data import DataConfig, collate
 from rlanything_jax.rl.train_state import init_train_state
 from rlanything_jax.rl.train_step import TrainSpec, token_logprobs, train_step
@@ -21,7 +22,8 @@ from tests.models.qwen3_vl.vl_reference import IMAGE
 
 pytestmark = pytest.mark.slow   # compiles train steps of a tiny Qwen3-VL
 
-DATA = DataConfig(batch_size=4, max_prompt_tokens=512, max_response_tokens=16, eos_id=7, image_token_id=IMAGE,
+DATA = DataConfig(batch_size=4, max_prompt_tokens=512, max_response_tokens=16, eos_id=7,
+                  images=Qwen3VLImages(IMAGE),
                   aggregation="sequence_mean")
 
 
@@ -63,7 +65,7 @@ def test_target_logprobs_equal_transformers_with_the_tower_and_from_cached_featu
     assert window <= batch.input_ids.shape[1]
     if sizes == MIXED:
         assert len({image.grid_thw for e in examples for image in e.images or ()}) == 3
-        assert batch.pixel_values.shape[1] == 1024   # the 2-image row's 576 patches, bucketed
+        assert batch.model_inputs.pixel_values.shape[1] == 1024   # the 2-image row's 576 patches, bucketed
 
 
 @pytest.mark.parametrize("frozen", [False, True])
@@ -74,7 +76,7 @@ def test_updates_lower_the_loss(tiny, frozen):
     graphdef, params = nnx.split(model, nnx.Param)[0], nnx.state(model, nnx.Param)
     tx = optax.adam(3e-3)
     if frozen:
-        tx = freeze_vision(tx)
+        tx = freeze_vision(tx, model.vision_params)
         batch = jax.jit(functools.partial(with_cached_image_features, graphdef))(params, batch)
     spec = TrainSpec(graphdef, tx)
     # On-policy old log-probabilities: the first step's ratio is 1.

@@ -22,6 +22,7 @@ from rlanything_jax.models.attention_kernels import AttentionKernel
 from rlanything_jax.models.decoder import Decoder, _check_last
 from rlanything_jax.models.qwen3_vl import processor
 from rlanything_jax.models.qwen3_vl.config import Qwen3VLConfig
+from rlanything_jax.models.qwen3_vl.images import Qwen3VLImages, RowImages
 from rlanything_jax.models.qwen3_vl.patches import PatchLayout, bucket_patches
 from rlanything_jax.models.qwen3_vl.vision import VisionTower
 from rlanything_jax.models.rope import inverse_frequencies
@@ -124,27 +125,49 @@ class Qwen3VL(Decoder):
 
         return self.run_embedded(x, cos, sin, attend, carry, last, after_layer)
 
-    def row_inputs(self, input_ids: jax.Array, mrope_positions: jax.Array, pixel_values: jax.Array | None = None,
-                   layout: PatchLayout | None = None, embeddings: jax.Array | None = None,
-                   deepstack: jax.Array | None = None) -> ModelInputs:
-        """`ModelInputs` of a train batch whose rows carry their own images (traceable): M-RoPE positions
-        [B, 3, T] and either pixel_values [B, P, patch_dim] (each row's images packed in order, padded to
-        P patches) with their `PatchLayout` [B, P, ...] (run through the vision tower here, all rows as
-        one packed run) or cached features, embeddings [B, K, embed] and deepstack [B, levels, K, embed]."""
-        if pixel_values is not None:
-            rows, size = pixel_values.shape[:2]
-            flat = pixel_values.reshape(rows * size, -1).astype(self.dtype)
-            flat_layout = jax.tree.map(lambda a: jnp.reshape(a, (rows * size,) + a.shape[2:]), layout)
-            self.visual.remat = self.remat   # the train step's policy (set on this trace's module) covers the tower
-            image_embeddings, image_deepstack = self.visual(flat, flat_layout)
-            # Each row's image tokens come first in its slice, in order: what the per-row scatter reads.
-            embeddings = image_embeddings.reshape(rows, -1, image_embeddings.shape[-1])
-            deepstack = image_deepstack.reshape(image_deepstack.shape[0], rows, -1, image_deepstack.shape[-1])
-        else:
-            assert deepstack is not None   # cached features: embeddings and their deepstack
-            deepstack = jnp.moveaxis(deepstack, 1, 0)
+    # The `interfaces.VisionLM` side: host-side image handling, the vision parameters, and the traced parts.
+    vision_params = ("visual",)
+
+    @property
+    def image_inputs(self) -> Qwen3VLImages:
+        return Qwen3VLImages(self.vl_config.image_token_id, self.vl_config.vision.spatial_merge_size)
+
+    def encode_image(self, tower_input: tuple[jax.Array, PatchLayout]) -> tuple[jax.Array, jax.Array]:
+        """Embeddings [P / merge², embed] and DeepStack features [levels, P / merge², embed] of one image's
+        padded patches (`Qwen3VLImages.tower_input`)."""
+        pixel_values, layout = tower_input
+        return self.visual(pixel_values.astype(self.dtype), layout)
+
+    def batch_model_inputs(self, input_ids: jax.Array, row_inputs: RowImages, remat: str = "none") -> ModelInputs:
+        """`ModelInputs` of a train batch whose rows carry their own images (traceable): the rows' pixels run
+        through the vision tower (all rows as one packed run, checkpointed by `remat`), or their cached
+        features are read."""
+        embeddings, deepstack = row_inputs.embeddings, row_inputs.deepstack
+        if row_inputs.pixel_values is not None:
+            embeddings, deepstack = self._tower_features(row_inputs, remat)
         return ModelInputs(embeddings=embeddings, placeholder=input_ids == self.vl_config.image_token_id,
-                           position_ids=jnp.moveaxis(mrope_positions, 1, 0), deepstack=deepstack)
+                           position_ids=jnp.moveaxis(row_inputs.positions, 1, 0),
+                           deepstack=jnp.moveaxis(deepstack, 1, 0))
+
+    def with_image_features(self, row_inputs: RowImages) -> RowImages:
+        if row_inputs.pixel_values is None:
+            return row_inputs
+        embeddings, deepstack = self._tower_features(row_inputs, "none")
+        return row_inputs.replace(pixel_values=None, layout=None, embeddings=jax.lax.stop_gradient(embeddings),
+                                  deepstack=jax.lax.stop_gradient(deepstack))
+
+    def _tower_features(self, row_inputs: RowImages, remat: str) -> tuple[jax.Array, jax.Array]:
+        """embeddings [B, K, embed] and deepstack [B, levels, K, embed] of each row's pixels [B, P, patch_dim]."""
+        pixel_values, layout = row_inputs.pixel_values, row_inputs.layout
+        rows, size = pixel_values.shape[:2]
+        flat = pixel_values.reshape(rows * size, -1).astype(self.dtype)
+        flat_layout = jax.tree.map(lambda a: jnp.reshape(a, (rows * size,) + a.shape[2:]), layout)
+        self.visual.remat = remat   # this trace's own module: the graphdef is left as it is
+        image_embeddings, image_deepstack = self.visual(flat, flat_layout)
+        # Each row's image tokens come first in its slice, in order: what the per-row scatter reads.
+        embeddings = image_embeddings.reshape(rows, -1, image_embeddings.shape[-1])
+        deepstack = image_deepstack.reshape(image_deepstack.shape[0], rows, -1, image_deepstack.shape[-1])
+        return embeddings, jnp.moveaxis(deepstack, 0, 1)
 
     def multimodal_inputs(self, input_ids: np.ndarray, attention_mask: np.ndarray | None,
                           pixel_values: jax.Array | None, image_grid_thw: np.ndarray | None) -> ModelInputs | None:

@@ -18,7 +18,9 @@ from pathlib import Path
 from flax import nnx
 
 from rlanything_jax.models.qwen3_vl.config import Qwen3VLConfig, VisionConfig, text_config
+from rlanything_jax.models.qwen3_vl.model import Qwen3VL
 from rlanything_jax.models.qwen3_vl.processor import ImageProcessorConfig
+from rlanything_jax.models.qwen3_vl.weights import save
 from rlanything_jax.models.qwen_tokenizer_io import QWEN3_VL_CHAT_TEMPLATE
 from rlanything_jax.models.scratch import ScratchArchitecture, train_tokenizer
 from rlanything_jax.models.tokenizer import write_tokenizer_dir
@@ -73,8 +75,6 @@ def build_scratch_vl_model_dir(out_dir: str | Path, corpus: Iterable[str],
     """Fits the tokenizer to `corpus`, initialises a random Qwen3-VL, and saves both to `out_dir`."""
     from tokenizers import AddedToken
 
-    from rlanything_jax.models.hf_io import save_pretrained
-    from rlanything_jax.models.qwen3_vl.model import Qwen3VL
 
     out = Path(out_dir)
     backend = train_tokenizer(corpus, text.vocab_size - len(VL_SPECIAL_TOKENS))
@@ -86,7 +86,7 @@ def build_scratch_vl_model_dir(out_dir: str | Path, corpus: Iterable[str],
         "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "bos_token": None,
         "model_max_length": text.max_position_embeddings, "clean_up_tokenization_spaces": False})
     cfg = scratch_vl_config(text, vision, backend.get_vocab_size(), token_ids)
-    save_pretrained(Qwen3VL(cfg, rngs=nnx.Rngs(seed)), out)
+    save(Qwen3VL(cfg, rngs=nnx.Rngs(seed)), out)
     (out / "preprocessor_config.json").write_text(json.dumps(_preprocessor_config(ImageProcessorConfig()),
                                                              indent=2) + "\n")
     return out

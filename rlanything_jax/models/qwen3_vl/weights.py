@@ -1,13 +1,12 @@
 """Qwen3-VL checkpoints in the released key layout <-> `Qwen3VL`.
 
 The text model's tensors are the decoder's under `model.language_model.` (plus `lm_head.weight`),
-so their mapping is `hf_io`'s; the vision tower's are named here. `hf_io.load_pretrained` and
-`save_pretrained` dispatch to this module for `model_type: qwen3_vl`.
+so their mapping is `hf_checkpoint`'s; the vision tower's are named here. `hf_io.load_pretrained` and
+`save_pretrained` reach this module through the family's record (`qwen3_vl.family`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from pathlib import Path
 from typing import Any
@@ -16,12 +15,12 @@ import numpy as np
 from jax.sharding import Mesh
 
 from rlanything_jax import sharding as sharding_lib
-from rlanything_jax.models import hf_io
+from rlanything_jax.models import hf_checkpoint
 from rlanything_jax.models.attention_kernels import AttentionKernel
 from rlanything_jax.models.qwen3_vl.config import Qwen3VLConfig
 from rlanything_jax.models.qwen3_vl.model import Qwen3VL
 
-# (our path under `visual.`, checkpoint key under `model.visual.`, layout as in hf_io, plus "conv": the
+# (our path under `visual.`, checkpoint key under `model.visual.`, layout as in hf_checkpoint, plus "conv": the
 # patch embedding's Conv3d weight [out, C, T, p, p], our [C * T * p * p, out] kernel).
 _VISION_KEYS: tuple[tuple[str, str, str], ...] = (
     (r"patch_embed\.kernel", "patch_embed.proj.weight", "conv"),
@@ -55,14 +54,14 @@ def hf_key_for(path: tuple) -> tuple[str, str]:
             if match:
                 return "model.visual." + match.expand(template), layout
         raise KeyError(f"no Hugging Face name for vision parameter {dotted!r}")
-    key, layout = hf_io.hf_key_for(path)
+    key, layout = hf_checkpoint.hf_key_for(path)
     return (key if key == "lm_head.weight" else "model.language_model." + key[len("model."):]), layout
 
 
 def hf_to_ours(weight: np.ndarray, layout: str, shape: tuple[int, ...]) -> np.ndarray:
     if layout == "conv":
         return weight.reshape(weight.shape[0], -1).T.reshape(shape)
-    return hf_io.hf_to_ours(weight, layout, shape)
+    return hf_checkpoint.hf_to_ours(weight, layout, shape)
 
 
 def _ours_to_hf(cfg: Qwen3VLConfig):
@@ -73,27 +72,20 @@ def _ours_to_hf(cfg: Qwen3VLConfig):
             return np.ascontiguousarray(value.T.reshape(vision.hidden_size, vision.in_channels,
                                                         vision.temporal_patch_size, vision.patch_size,
                                                         vision.patch_size))
-        return hf_io.ours_to_hf(value, layout)
+        return hf_checkpoint.ours_to_hf(value, layout)
 
     return convert
 
 
-def owns(model) -> bool:
-    return isinstance(model, Qwen3VL)
-
-
-def load(hf: dict[str, Any], hf_dir: str | Path, param_dtype: Any, compute_dtype: Any, mesh: Mesh | None,
-         rules: sharding_lib.Rules, attention: AttentionKernel | None = None, scan_layers: bool = False) -> Qwen3VL:
-    """The `Qwen3VL` of a checkpoint directory whose config.json `hf` has model_type qwen3_vl; `scan_layers`:
-    its text layers stacked and scanned."""
-    cfg = Qwen3VLConfig.from_hf(hf)
-    cfg = dataclasses.replace(cfg, text=dataclasses.replace(cfg.text, scan_layers=scan_layers))
+def load(cfg: Qwen3VLConfig, hf_dir: str | Path, param_dtype: Any, compute_dtype: Any, mesh: Mesh | None,
+         rules: sharding_lib.Rules, attention: AttentionKernel | None = None) -> Qwen3VL:
+    """The `Qwen3VL` of `cfg` with a checkpoint directory's weights."""
     build = lambda: Qwen3VL(cfg, dtype=compute_dtype, param_dtype=param_dtype, attention=attention)  # noqa: E731
-    return hf_io.load_into(build, hf_dir,
-                           param_dtype, mesh, rules, key_for=hf_key_for, to_ours=hf_to_ours, name="Qwen3-VL")
+    return hf_checkpoint.load_into(build, hf_dir, param_dtype, mesh, rules, key_for=hf_key_for, to_ours=hf_to_ours,
+                                   name="Qwen3-VL")
 
 
 def save(model: Qwen3VL, out_dir: str | Path, dtype: Any = None, max_shard_bytes: int = 2 << 30) -> Path:
     """A directory transformers' `Qwen3VLForConditionalGeneration.from_pretrained` loads."""
-    return hf_io.write_checkpoint(model, out_dir, model.vl_config.to_hf, dtype, max_shard_bytes,
+    return hf_checkpoint.write_checkpoint(model, out_dir, model.vl_config.to_hf, dtype, max_shard_bytes,
                                   key_for=hf_key_for, to_hf=_ours_to_hf(model.vl_config))
