@@ -17,8 +17,14 @@ from rlanything_jax.models.model_config import DecoderConfig
 class VisionPlan(Protocol):
     """A vision-language family's image shapes and memory figures for the planner, from its config alone."""
 
-    vision_params: tuple[str, ...]   # top-level parameter names of the vision part (`VisionLM.vision_params`)
-    distinct_layers: int             # the first text layers that differ from the rest (the planner compiles past them)
+    # Read-only, so that a frozen record's fields and properties satisfy them.
+    @property
+    def vision_params(self) -> tuple[str, ...]:
+        """Top-level parameter names of the vision part (`VisionLM.vision_params`)."""
+
+    @property
+    def distinct_layers(self) -> int:
+        """The first text layers that differ from the rest (the planner compiles past them)."""
 
     def screenshot_patches(self, height: int, width: int, max_pixels: int) -> int:
         """Patches of one screenshot of that size, resized as the model's processor resizes it."""

@@ -315,6 +315,7 @@ def collate(examples: Sequence[Example], cfg: DataConfig) -> TrainBatch:
                        ref_logp=cut(ref))
     if any(e.images for e in examples):
         rows = [list(e.images or ()) for e in examples]
+        assert cfg.images is not None   # prepare_examples requires it for examples with images
         batch = batch.replace(model_inputs=cfg.images.batch_inputs(ids, attention, rows))
     return batch
 

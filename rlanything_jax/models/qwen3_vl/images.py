@@ -22,18 +22,18 @@ from rlanything_jax.models.qwen3_vl.processor import (
 )
 
 
-@struct.dataclass
-class RowImages:
+class RowImages(struct.PyTreeNode):
     """A train batch's images (`TrainBatch.model_inputs`), every array with the rows first: M-RoPE positions
     [N, 3, L] and either each row's images, pixel_values [N, P, patch_dim] (packed in order, padded to a
     bucketed patch count P) with their patch layout (per-patch arrays [N, P, ...], any grids), or their
     cached vision features, embeddings [N, K, embed] and deepstack [N, levels, K, embed] (a frozen tower)."""
 
-    positions: jax.Array
-    pixel_values: jax.Array | None = None
+    # Any: numpy arrays on the host, jax arrays in the step, ShapeDtypeStructs in the planner.
+    positions: Any
+    pixel_values: Any = None
     layout: PatchLayout | None = None
-    embeddings: jax.Array | None = None
-    deepstack: jax.Array | None = None
+    embeddings: Any = None
+    deepstack: Any = None
 
 
 def prompt_bucket(n: int, minimum: int = 16) -> int:
@@ -49,7 +49,8 @@ class Qwen3VLImages:
 
     def encode(self, image: Any) -> ImageInput:
         pixel_values, grid = preprocess_images([image])
-        return ImageInput(pixel_values, tuple(int(v) for v in grid[0]))
+        t, h, w = (int(v) for v in grid[0])
+        return ImageInput(pixel_values, (t, h, w))
 
     def token_count(self, image: ImageInput) -> int:
         return image_token_count(image.grid_thw, self.merge_size)

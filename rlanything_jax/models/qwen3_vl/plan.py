@@ -19,8 +19,9 @@ sds = jax.ShapeDtypeStruct
 
 def _abstract_layout(*leading: int) -> PatchLayout:
     i32 = jnp.int32
-    return PatchLayout(coords=sds(leading + (2,), i32), grid_hw=sds(leading + (2,), i32),
-                       segments=sds(leading, i32), valid=sds(leading, jnp.bool_))
+    shapes: dict[str, Any] = dict(coords=sds(leading + (2,), i32), grid_hw=sds(leading + (2,), i32),
+                                  segments=sds(leading, i32), valid=sds(leading, jnp.bool_))
+    return PatchLayout(**shapes)   # abstract shapes in the arrays' fields, for tracing
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,9 +56,11 @@ class Qwen3VLPlan:
 
     def abstract_prompt_inputs(self, rows: int, prompt_length: int, image_tokens: int, dtype: Any) -> ModelInputs:
         count, embed = prompt_bucket(image_tokens), self.config.text.hidden_size
-        return ModelInputs(embeddings=sds((count, embed), dtype), placeholder=sds((rows, prompt_length), jnp.bool_),
-                           position_ids=sds((3, rows, prompt_length), jnp.int32),
-                           deepstack=sds((self.distinct_layers, count, embed), dtype))
+        shapes: dict[str, Any] = dict(
+            embeddings=sds((count, embed), dtype), placeholder=sds((rows, prompt_length), jnp.bool_),
+            position_ids=sds((3, rows, prompt_length), jnp.int32),
+            deepstack=sds((self.distinct_layers, count, embed), dtype))
+        return ModelInputs(**shapes)   # abstract shapes in the arrays' fields, for tracing
 
     def abstract_tower_input(self, patches: int) -> tuple[Any, PatchLayout]:
         return sds((patches, self.config.vision.patch_dim), jnp.float32), _abstract_layout(patches)
