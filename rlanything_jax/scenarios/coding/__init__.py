@@ -18,10 +18,11 @@ import numpy as np
 
 from rlanything_jax import validation
 from rlanything_jax.agents import demonstrations
-from rlanything_jax.agents.scenario import WRITE_UNIT_TESTS, GeneratorContext, TaskCounts, TaskSets
+from rlanything_jax.agents.scenario import GeneratorContext, TaskCounts, TaskSets
 from rlanything_jax.agents.trajectory import Episode, ExpertStep, LabelledStep
 from rlanything_jax.curriculum.generators import EnvironmentModel
 from rlanything_jax.envs.base import Env, Task
+from rlanything_jax.reward_models.unit_test_writing import WRITE_UNIT_TESTS
 from rlanything_jax.scenarios import register_scenario
 from rlanything_jax.scenarios.coding import easy_problems
 from rlanything_jax.scenarios.coding import env as coding_env
@@ -88,12 +89,13 @@ class ReferenceSolutionExpert:
 class CodingScenario:
     name = NAME
     env_module = coding_env.__name__
-    reward_model_use = WRITE_UNIT_TESTS
+    reward_model_role = WRITE_UNIT_TESTS
     runs_untrusted_code = True
 
     def __init__(self, options: CodingOptions):
         self.options = options
         self.prompts = PROMPT_STYLES[options.prompt_style]()
+        self.reward_prompts = self.prompts   # one object holds the policy's and the reward model's prompts
         self.expert = ReferenceSolutionExpert()
 
     def _file_tasks(self, path: str) -> list[Task]:
