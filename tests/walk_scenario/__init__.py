@@ -18,7 +18,6 @@ from rlanything_jax.agents.scenario import GeneratorContext, TaskCounts, TaskSet
 from rlanything_jax.agents.trajectory import Episode, ParsedAction, ParsedJudgment
 from rlanything_jax.curriculum.generators import ProceduralGenerator
 from rlanything_jax.envs.base import Observation, Task
-from rlanything_jax.reward_models.step_judging import JUDGE_STEPS
 from rlanything_jax.scenarios import register_scenario
 from tests.walk_scenario.env import ACTIONS, KIND, walk_task
 
@@ -91,7 +90,7 @@ def _farther_or_nearer(raw: Task, direction: str):
 class WalkScenario:
     name = NAME
     env_module = "tests.walk_scenario.env"
-    reward_model_role = JUDGE_STEPS
+    reward_model_role = "judge_steps"   # its reward model judges every step (reward_models.step_judging)
     runs_untrusted_code = False
 
     def __init__(self, options: WalkOptions):

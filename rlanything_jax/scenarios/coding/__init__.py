@@ -22,7 +22,6 @@ from rlanything_jax.agents.scenario import GeneratorContext, TaskCounts, TaskSet
 from rlanything_jax.agents.trajectory import Episode, ExpertStep, LabelledStep
 from rlanything_jax.curriculum.generators import EnvironmentModel
 from rlanything_jax.envs.base import Env, Task
-from rlanything_jax.reward_models.unit_test_writing import WRITE_UNIT_TESTS
 from rlanything_jax.scenarios import register_scenario
 from rlanything_jax.scenarios.coding import easy_problems
 from rlanything_jax.scenarios.coding import env as coding_env
@@ -89,7 +88,7 @@ class ReferenceSolutionExpert:
 class CodingScenario:
     name = NAME
     env_module = coding_env.__name__
-    reward_model_role = WRITE_UNIT_TESTS
+    reward_model_role = "write_unit_tests"   # its reward model writes unit tests (reward_models.unit_test_writing)
     runs_untrusted_code = True
 
     def __init__(self, options: CodingOptions):

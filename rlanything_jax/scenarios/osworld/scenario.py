@@ -17,7 +17,6 @@ from rlanything_jax import validation
 from rlanything_jax.agents.scenario import GeneratorContext, TaskCounts, TaskSets
 from rlanything_jax.curriculum.generators import EnvironmentModel, GeneratorChain
 from rlanything_jax.envs.base import TASK_GROUP, Task
-from rlanything_jax.reward_models.step_judging import JUDGE_STEPS
 from rlanything_jax.scenarios import register_scenario
 from rlanything_jax.scenarios.osworld import env as desktop_env
 from rlanything_jax.scenarios.osworld.agent_prompts import PAPER_MAX_PIXELS, DesktopAgentPrompts
@@ -151,7 +150,7 @@ def _seed_major(tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
 class OsWorldScenario:
     name = NAME
     env_module = desktop_env.__name__
-    reward_model_role = JUDGE_STEPS
+    reward_model_role = "judge_steps"   # its reward model judges every step (reward_models.step_judging)
     runs_untrusted_code = False   # actions are parsed into pyautogui literals (actions.py), inside the session
 
     def __init__(self, options: OsWorldOptions):

@@ -16,7 +16,6 @@ from typing import Any
 from rlanything_jax import validation
 from rlanything_jax.agents.scenario import GeneratorContext, TaskCounts, TaskSets
 from rlanything_jax.envs.base import Task
-from rlanything_jax.reward_models.step_judging import JUDGE_STEPS
 from rlanything_jax.scenarios.text_games.compact import CompactChoicePrompts, CompactPrompts
 from rlanything_jax.scenarios.text_games.expert import EXPERT_KINDS, TextGameExpert
 from rlanything_jax.scenarios.text_games.reference import DialoguePrompts, ReferencePrompts
@@ -66,7 +65,7 @@ class TextGameScenario:
     name: str
     env_module: str
     known_task_types: tuple[str, ...]
-    reward_model_role = JUDGE_STEPS
+    reward_model_role = "judge_steps"   # its reward model judges every step (reward_models.step_judging)
     runs_untrusted_code = False
 
     def __init__(self, options: TextGameOptions):
