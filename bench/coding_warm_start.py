@@ -10,7 +10,7 @@ warm start (`warm_start.warm_start_examples` + `train_supervised`, as `run._warm
 and has the reward model write its m unit tests for the training problems (at the configured
 temperature, and at each of `--rm-temperatures`). Prints the timings and
 one JSON line: pass rates (all GT tests passed) and mean fraction of tests passed, the unit tests'
-parse rate, UT accuracy and Detect (`agents.unit_tests.unit_test_metrics`).
+parse rate, UT accuracy and Detect (`reward_models.unit_tests.unit_test_metrics`).
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from rlanything_jax import assemble, warm_start  # noqa: E402
 from rlanything_jax.agents.trajectory import Episode, StepRecord  # noqa: E402
-from rlanything_jax.agents.unit_tests import unit_test_metrics, write_unit_tests  # noqa: E402
 from rlanything_jax.config import load_config  # noqa: E402
 from rlanything_jax.envs.base import Observation, make_env  # noqa: E402
+from rlanything_jax.reward_models.unit_tests import unit_test_metrics, write_unit_tests  # noqa: E402
 from rlanything_jax.rl.train_state import init_train_state  # noqa: E402
 from rlanything_jax.sampling.strategies import make_strategy  # noqa: E402
 from rlanything_jax.scenarios.coding import env as coding  # noqa: E402
@@ -81,8 +81,8 @@ def main() -> None:
     timings["build_s"] = time.perf_counter() - started
 
     policy_examples, reward_examples = warm_start.warm_start_examples(
-        scenario, tasks.warm_start, expert_env, samplers["policy"].tokenizer, samplers["reward"].tokenizer,
-        cfg.warm_start, cfg.seed)
+        scenario, assemble.reward_model_role(cfg, scenario), tasks.warm_start, expert_env,
+        samplers["policy"].tokenizer, samplers["reward"].tokenizer, cfg.warm_start, cfg.seed)
     print(f"{len(policy_examples)} policy and {len(reward_examples)} reward-model examples from "
           f"{len(tasks.warm_start)} warm-start problems", flush=True)
     for role, examples, epochs in (("policy", policy_examples, cfg.warm_start.policy_epochs),

@@ -20,7 +20,7 @@ from rlanything_jax.agents.examples import SignalConfig
 from rlanything_jax.agents.judging import JudgeConfig
 from rlanything_jax.agents.prompt_tokens import text_only
 from rlanything_jax.agents.rollout_config import RolloutConfig
-from rlanything_jax.agents.scenario import JUDGE_STEPS, GeneratorContext, Scenario, TaskCounts, TaskSets
+from rlanything_jax.agents.scenario import GeneratorContext, Scenario, TaskCounts, TaskSets
 from rlanything_jax.agents.trajectory import Episode
 from rlanything_jax.config import RunConfig
 from rlanything_jax.envs.base import Env, Task
@@ -31,6 +31,7 @@ from rlanything_jax.models.qwen3_vl.scratch import build_scratch_vl_model_dir
 from rlanything_jax.models.registry import resolve_model_dir
 from rlanything_jax.models.scratch import CHATML_TEMPLATE, build_scratch_model_dir
 from rlanything_jax.models.tokenizer import Tokenizer
+from rlanything_jax.reward_models import RewardModelRole, make_role
 from rlanything_jax.rl.phase import Learner
 from rlanything_jax.rl.vision import ImageTraining
 from rlanything_jax.sampling.buckets import bucket_length
@@ -49,6 +50,11 @@ def build_scenario(cfg: RunConfig) -> Scenario:
     return make_scenario(cfg.scenario, cfg.tasks)
 
 
+def reward_model_role(cfg: RunConfig | None, scenario: Scenario) -> RewardModelRole:
+    """How the scenario's reward model is used: the role it names, over its reward prompts."""
+    return make_role(scenario.reward_model_role, scenario.reward_prompts, cfg)
+
+
 def build_tasks(cfg: RunConfig, scenario: Scenario, games_dir: Path) -> TaskSets:
     """Training, held-out and warm-start tasks, disjoint (the scenario's seeds)."""
     warm = cfg.warm_start.num_tasks if cfg.warm_start.enabled and scenario.expert is not None else 0
@@ -62,7 +68,10 @@ def scratch_corpus(scenario: Scenario, tasks: list[Task], env: Env) -> list[str]
     """Text a scratch tokenizer is fitted to: expert demonstrations and their reward-model prompts,
     rendered as chats (what the models will read and write)."""
     template = jinja2.Template(CHATML_TEMPLATE)
-    prompts = scenario.prompts
+    prompts, role = scenario.prompts, reward_model_role(None, scenario)
+
+    def render(messages, add_generation_prompt: bool) -> str:
+        return template.render(messages=messages, add_generation_prompt=add_generation_prompt)
     texts = []
     for task in tasks:
         steps = [] if scenario.expert is None else scenario.expert.demonstration(task, env, derive_rng(0, "corpus"))
@@ -81,13 +90,7 @@ def scratch_corpus(scenario: Scenario, tasks: list[Task], env: Env) -> list[str]
                     messages.append(prompts.turn_message(Episode(task, 0, episode.steps[:t]), step.observation))
                 messages.append({"role": "assistant", "content": step.response_text})
         texts.append(template.render(messages=text_only(messages), add_generation_prompt=False))
-        if scenario.reward_model_use == JUDGE_STEPS:
-            texts.append(template.render(messages=text_only(prompts.judge_messages(task, episode, len(steps) - 1)),
-                                         add_generation_prompt=True)
-                         + prompts.judgment_text(1) + prompts.judgment_text(-1))
-        else:
-            texts.append(template.render(messages=prompts.unit_test_messages(task), add_generation_prompt=True)
-                         + "".join(prompts.unit_test_text(i, o) for i, o in prompts.ground_truth_tests(task)))
+        texts += role.corpus_texts(render, task, episode)
     return texts
 
 
@@ -161,7 +164,7 @@ def build_meshes(cfg: RunConfig) -> placement.Meshes:
 
 def loop_settings(cfg: RunConfig, scenario: Scenario) -> LoopSettings:
     """The loop's constants, with the ablation switches of the paper's Table 1 and Fig. 1."""
-    ablation = cfg.ablation
+    ablation = cfg.ablation_switches
     reward, train = cfg.reward, cfg.train
     signal = SignalConfig(num_judgments=reward.num_judgments, step_weight=reward.step_weight,
                           advantage_singleton=train.advantage_singleton, policy_acc_low=train.policy_acc_low,
@@ -169,11 +172,10 @@ def loop_settings(cfg: RunConfig, scenario: Scenario) -> LoopSettings:
                           invalid_judgment_reward=reward.invalid_judgment_reward,
                           action_fallback_penalty=reward.action_fallback_penalty,
                           balance_labels=reward.balance_labels)
-    if ablation == "outcome_only":
+    if not ablation.use_reward_model:   # no judgment: no step-wise term in the policy's reward
         signal = dataclasses.replace(signal, step_weight=0.0)
-    if ablation == "step_only":
+    if not ablation.outcome_in_policy_reward:
         signal = dataclasses.replace(signal, outcome_weight=0.0)
-    reward_model_use = None if ablation == "outcome_only" else scenario.reward_model_use
     rollout = cfg.rollout
     return LoopSettings(
         tasks_per_step=rollout.tasks_per_step,
@@ -188,12 +190,10 @@ def loop_settings(cfg: RunConfig, scenario: Scenario) -> LoopSettings:
                           temperature=reward.temperature, top_p=reward.top_p,
                           continuous_batching=rollout.refills_rows()),
         signal=signal,
-        reward_model_use=reward_model_use,
-        unit_tests_in_policy_reward=reward.unit_tests_in_policy_reward,
+        use_reward_model=ablation.use_reward_model,
         pack_turns=train.policy.pack_turns,
-        train_reward_model=(reward_model_use is not None and train.train_reward_model
-                            and ablation in ("rlanything", "policy_reward", "step_only")),
-        adapt_environment=cfg.curriculum.enabled and ablation == "rlanything",
+        train_reward_model=ablation.use_reward_model and ablation.train_reward_model and train.train_reward_model,
+        adapt_environment=cfg.curriculum.enabled and ablation.adapt_environment,
         harder_at=cfg.curriculum.harder_at, easier_at=cfg.curriculum.easier_at,
         easier_inclusive=cfg.curriculum.easier_inclusive,
         accept_low=cfg.curriculum.accept_low, accept_high=cfg.curriculum.accept_high)

@@ -42,7 +42,26 @@ from rlanything_jax.validation import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = str(ROOT / "configs" / "default.py")
-ABLATIONS = ("rlanything", "outcome_only", "fixed_reward_model", "policy_reward", "step_only")
+
+
+@dataclasses.dataclass(frozen=True)
+class Ablation:
+    """One row of the paper's Table 1 / Fig. 1 as switches: what of RLAnything a run keeps."""
+
+    use_reward_model: bool = True          # False: nothing is judged, the policy learns from outcomes only
+    outcome_in_policy_reward: bool = True  # False: the policy's reward is the step-wise term only
+    train_reward_model: bool = True        # False: the reward model stays as warm-started
+    adapt_environment: bool = True         # False: the tasks stay as built
+
+
+# `config.ablation` -> its switches: decoded here once (the loop's settings and the planner read them).
+ABLATIONS = {
+    "rlanything": Ablation(),
+    "outcome_only": Ablation(use_reward_model=False, train_reward_model=False, adapt_environment=False),
+    "fixed_reward_model": Ablation(train_reward_model=False, adapt_environment=False),
+    "policy_reward": Ablation(adapt_environment=False),
+    "step_only": Ablation(outcome_in_policy_reward=False, adapt_environment=False),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +84,10 @@ class RunConfig:
     warm_start: WarmStartConfig = WarmStartConfig()
     distributed: DistributedConfig = DistributedConfig()   # several processes (hosts): rlanything_jax.distributed
     config_file: str = ""            # where the config came from (`path[:variant]`), for the run's summary
+
+    @property
+    def ablation_switches(self) -> Ablation:
+        return ABLATIONS[self.ablation]
 
     def __post_init__(self):
         validation.check("scenario", isinstance(self.scenario, str) and self.scenario in scenario_names(),

@@ -153,7 +153,6 @@ def _setup(cfg, policy: str, policy_run, out: Path) -> _Setup:
 def evaluate(args: argparse.Namespace, overrides: list[str]) -> dict:
     """Plays the split, judges it when asked, writes eval.json and traces; returns what eval.json holds."""
     from rlanything_jax import assemble, evaluation, traces
-    from rlanything_jax.agents.scenario import JUDGE_STEPS
     from rlanything_jax.agents.trajectory import JudgedEpisode
     from rlanything_jax.run import evaluate_split
 
@@ -185,8 +184,7 @@ def evaluate(args: argparse.Namespace, overrides: list[str]) -> dict:
         judged = [JudgedEpisode(e) for e in episodes]
         if args.reward_model is not None:
             same_run = setup.system if policy_run == run_of(args.reward_model) else None
-            labeler = (scenario.expert.step_label if scenario.expert is not None
-                       and scenario.reward_model_use == JUDGE_STEPS else None)
+            labeler = scenario.expert.step_label if scenario.expert is not None else None   # for per-step judgments
             judged, report["reward_model"] = evaluation.reward_model_report(
                 episodes, _reward_model(cfg, args.reward_model, same_run, scenario),
                 dataclasses.replace(setup.settings.judge, seed=cfg.seed), labeler)
@@ -204,11 +202,10 @@ def evaluate(args: argparse.Namespace, overrides: list[str]) -> dict:
 
 
 def _reward_model(cfg, spec: str, system, scenario):
-    """The reward model `spec` names, as the loop uses it (a step judge or a unit-test writer); `system`:
+    """The reward model `spec` names, as the loop uses it (its sampler in the scenario's role); `system`:
     the policy's run when `spec` names the same run and step."""
-    from rlanything_jax.agents.judging import StepJudge
-    from rlanything_jax.agents.scenario import JUDGE_STEPS
-    from rlanything_jax.agents.unit_tests import UnitTestWriter
+    from rlanything_jax.assemble import reward_model_role
+    from rlanything_jax.reward_models import RewardModel
 
     reward_run = run_of(spec)
     if reward_run is not None:
@@ -218,9 +215,7 @@ def _reward_model(cfg, spec: str, system, scenario):
         sampler = system.samplers["reward"]
     else:
         sampler = _sampler(cfg, "reward", spec)
-    if scenario.reward_model_use == JUDGE_STEPS:
-        return StepJudge(sampler, scenario.prompts)
-    return UnitTestWriter(sampler, scenario.prompts)
+    return RewardModel(reward_model_role(cfg, scenario), sampler)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,9 +5,9 @@ loop's held-out evaluation (`run.py`, `eval/success_rate`) and `python -m rlanyt
   `ExpertRollouts`), a bounded number of tasks per call, with progress lines on long work.
 - `success_report` turns the episodes into success figures: pass@1 (`success_rate`) and pass@k for
   k = 1..G with the unbiased estimator, overall and per task type, with counts.
-- `reward_model_report` judges the played episodes with the reward model and scores it where labels
-  exist: step accuracy against the expert's labels, outcome accuracy, or unit-test accuracy and
-  detection (`loop.episode_metrics`, `agents.unit_tests.unit_test_metrics`).
+- `reward_model_report` judges the played episodes with the reward model, as its role does, and scores
+  it where labels exist: step accuracy against the expert's labels and outcome accuracy of per-step
+  judgments (`loop.episode_metrics`), and the role's own figures (e.g. unit-test accuracy and detection).
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from rlanything_jax.agents.judging import JudgeConfig
 from rlanything_jax.agents.rollout import RolloutConfig
 from rlanything_jax.agents.scenario import Scenario
 from rlanything_jax.agents.trajectory import Episode, JudgedEpisode, StepRecord
-from rlanything_jax.agents.unit_tests import unit_test_metrics
 from rlanything_jax.envs.base import TASK_GROUP, Task, make_env
-from rlanything_jax.loop import Rollouts, StepJudge, StepLabeler, UnitTestWriter, check_environment, episode_metrics
+from rlanything_jax.loop import Rollouts, StepLabeler, check_environment, episode_metrics
+from rlanything_jax.reward_models import RewardModel
 
 PROGRESS_EVERY_S = 30.0
 
@@ -210,17 +210,13 @@ def expert_episode(scenario: Scenario, task: Task, group_index: int = 0) -> Epis
 # ---------------------------------------------------------------- the reward model
 
 
-def reward_model_report(episodes: Sequence[Episode], reward_model: StepJudge | UnitTestWriter, config: JudgeConfig,
+def reward_model_report(episodes: Sequence[Episode], reward_model: RewardModel, config: JudgeConfig,
                         step_labeler: StepLabeler | None) -> tuple[list[JudgedEpisode], dict[str, float]]:
-    """The reward model on the played episodes: a step judge's outcome accuracy and step accuracy against
-    the expert's labels, or a unit-test writer's test accuracy and detection rate (`reward_model/...`)."""
+    """The reward model on the played episodes (`reward_model/...`): the outcome accuracy of its per-step
+    judgments and their step accuracy against the expert's labels, where it judges steps; its role's own
+    figures (e.g. a unit-test writer's test accuracy and detection rate)."""
     played = [e for e in episodes if e.trainable]
-    metrics: Counter = Counter()
-    if hasattr(reward_model, "judge"):
-        judged = [JudgedEpisode(e, j) for e, j in zip(played, reward_model.judge(played, config, metrics))]
-        figures = episode_metrics(judged, step_labeler)
-        return judged, {k: v for k, v in figures.items() if k.startswith("reward_model/")}
-    groups: dict[str, list[Episode]] = defaultdict(list)
-    for episode in played:
-        groups[episode.task.task_id].append(episode)
-    return [JudgedEpisode(e) for e in played], unit_test_metrics(reward_model.write(groups, config, metrics))
+    judgments = reward_model.role.judge(reward_model.sampler, played, config, Counter())
+    judged = [JudgedEpisode(e, j) for e, j in zip(played, judgments.steps, strict=True)]
+    figures = {k: v for k, v in episode_metrics(judged, step_labeler).items() if k.startswith("reward_model/")}
+    return judged, {**figures, **reward_model.role.metrics(judgments)}

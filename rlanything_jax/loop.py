@@ -1,15 +1,15 @@
 """One RLAnything step over declared collaborators (held-out evaluation: evaluation.py).
 
 One step: sample tasks (active + pending candidates) -> policy rollouts (`Episode`s) ->
-the reward model's judgments of every step (`StepJudgments`) or its unit tests
-(`UnitTestJudgments`) -> accept/reject last step's candidates -> propose rewrites for
-tasks out of the band -> policy update on integrated step rewards -> reward-model update
-on consistency rewards (tasks in the band) or unit-test rewards -> new weights into both
+the reward model's judgments, as its role makes them (`reward_models.Judgments`: e.g. every
+step judged m times, or m unit tests per task) -> accept/reject last step's candidates ->
+propose rewrites for tasks out of the band -> policy update on integrated step rewards (plus
+the role's bonus) -> reward-model update on its role's examples -> new weights into both
 samplers, in memory. Every constant comes from `LoopSettings`.
 
 `rl_step` reaches the models and the environments only through the protocols below, so a
 test can run a step with fakes; stages hand each other immutable records. The math lives
-in `rl/`, `agents/examples.py`, `agents/unit_tests.py` and `curriculum/`.
+in `rl/`, `agents/examples.py`, `reward_models/` and `curriculum/`.
 """
 
 from __future__ import annotations
@@ -22,16 +22,15 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from rlanything_jax.agents.examples import SignalConfig, policy_examples, reward_model_examples
+from rlanything_jax.agents.examples import SignalConfig, policy_examples
 from rlanything_jax.agents.judging import JudgeConfig
 from rlanything_jax.agents.rollout_config import RolloutConfig
-from rlanything_jax.agents.scenario import JUDGE_STEPS, WRITE_UNIT_TESTS
-from rlanything_jax.agents.trajectory import Episode, JudgedEpisode, StepJudgments, group_by_task, task_accuracy
-from rlanything_jax.agents.unit_tests import UnitTestJudgments, unit_test_examples, unit_test_metrics
+from rlanything_jax.agents.trajectory import Episode, JudgedEpisode, group_by_task, task_accuracy
 from rlanything_jax.curriculum.adaptation import difficulty_direction
 from rlanything_jax.curriculum.generators import TaskGenerator, proposal_of, run_proposals
 from rlanything_jax.curriculum.task_pool import Candidate, TaskPool, propose, resolve_candidates, sample_step_tasks
 from rlanything_jax.envs.base import Task
+from rlanything_jax.reward_models.role import Judgments, RewardModel
 from rlanything_jax.rl.data import Example
 from rlanything_jax.rl.train_state import TrainState, sampler_weights
 from rlanything_jax.sampling.slots import occupancy
@@ -44,24 +43,6 @@ class Rollouts(Protocol):
     """Plays episodes with the current policy (agents.rollout.RolloutEngine)."""
 
     def play(self, tasks: Sequence[Task], config: RolloutConfig, metrics: Counter) -> list[Episode]: ...
-
-    def update_params(self, params: Any) -> None: ...
-
-
-class StepJudge(Protocol):
-    """The reward model judging every step m times (agents.judging.StepJudge)."""
-
-    def judge(self, episodes: Sequence[Episode], config: JudgeConfig,
-              metrics: Counter) -> list[StepJudgments | None]: ...
-
-    def update_params(self, params: Any) -> None: ...
-
-
-class UnitTestWriter(Protocol):
-    """The reward model writing m unit tests per task (agents.unit_tests.UnitTestWriter)."""
-
-    def write(self, groups: Mapping[str, Sequence[Episode]], config: JudgeConfig,
-              metrics: Counter) -> dict[str, UnitTestJudgments]: ...
 
     def update_params(self, params: Any) -> None: ...
 
@@ -83,18 +64,13 @@ class Services:
     policy: Rollouts
     policy_trainer: Trainer
     reward_trainer: Trainer
-    judge: StepJudge | None = None               # the reward model, when the scenario's judges steps
-    test_writer: UnitTestWriter | None = None    # the reward model, when the scenario's writes unit tests
+    reward_model: RewardModel | None = None     # its role (how it judges) and its sampler
     generator: TaskGenerator | None = None
     step_labeler: StepLabeler | None = None
     seed: int = 0
     log: Callable[[str], None] = print
     # Writes a few of each step's judged episodes for people to look at (`traces.write_step_traces`).
     write_traces: Callable[[int, Sequence[JudgedEpisode]], None] | None = None
-
-    @property
-    def reward_model(self) -> StepJudge | UnitTestWriter | None:
-        return self.judge if self.judge is not None else self.test_writer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,8 +79,7 @@ class LoopSettings:
     rollout: RolloutConfig
     judge: JudgeConfig
     signal: SignalConfig
-    reward_model_use: str | None = JUDGE_STEPS  # the scenario's (agents.scenario); None: no reward model
-    unit_tests_in_policy_reward: bool = False   # add lambda x (passed RM tests) to the policy's reward
+    use_reward_model: bool = True      # False: nothing is judged (the outcome-only ablation)
     pack_turns: bool = True            # one policy example per episode (rl/data.pack_turns), not per step
     train_reward_model: bool = True
     adapt_environment: bool = True
@@ -147,19 +122,15 @@ def rl_step(state: SystemState, services: Services, settings: LoopSettings) -> t
                           f"{sum(e.won for e in episodes)} won{env_failures}")
 
     judge_config = dataclasses.replace(settings.judge, seed=derive_seed(seed, "judge", step))
-    judgments: list[StepJudgments | None] = [None] * len(episodes)
-    if settings.reward_model_use == JUDGE_STEPS:
-        judgments = services.judge.judge(episodes, judge_config, metrics)
-        phase.done("judge", f"{sum(len(e.steps) for e in episodes)} steps x {settings.judge.num_judgments}")
-    judged_episodes = [JudgedEpisode(e, j) for e, j in zip(episodes, judgments)]
+    reward_model = services.reward_model if settings.use_reward_model else None
+    judgments = Judgments.none(len(episodes))
+    if reward_model is not None:
+        judgments = reward_model.role.judge(reward_model.sampler, episodes, judge_config, metrics)
+        phase.done(reward_model.role.phase, judgments.summary)
+    judged_episodes = [JudgedEpisode(e, j) for e, j in zip(episodes, judgments.steps, strict=True)]
     if services.write_traces is not None:
         services.write_traces(step, judged_episodes)
     groups = group_by_task(judged_episodes)
-    unit_tests: dict[str, UnitTestJudgments] = {}
-    if settings.reward_model_use == WRITE_UNIT_TESTS:
-        unit_tests = services.test_writer.write({k: [j.episode for j in v] for k, v in groups.items()},
-                                                judge_config, metrics)
-        phase.done("unit tests", f"{settings.judge.num_judgments} tests x {len(unit_tests)} tasks")
     accuracy = {task_id: task_accuracy(judged) for task_id, judged in groups.items()}
 
     pool, accepted, rejected = resolve_candidates(
@@ -167,35 +138,34 @@ def rl_step(state: SystemState, services: Services, settings: LoopSettings) -> t
         settings.accept_low, settings.accept_high)
     for task_id in rejected:  # a rejected candidate's rollouts are not trained on
         groups.pop(task_id, None)
-        unit_tests.pop(task_id, None)
+    judgments = judgments.without(rejected)
     if settings.adapt_environment and services.generator is not None:
         pool = _adapt(pool, picked.active, groups, accuracy, services.generator, settings, step, metrics)
         proposed = sum(s.pending is not None and s.pending.proposed_at == step for s in pool.slots)
         phase.done("adaptation", f"{proposed} rewrites proposed")
 
-    bonus = _unit_test_bonus(unit_tests, settings) if settings.unit_tests_in_policy_reward else None
+    bonus = reward_model.role.policy_bonus(judgments, settings.signal) if reward_model is not None else None
     policy_state, policy_metrics = services.policy_trainer.train(
         state.policy, policy_examples(groups, settings.signal, metrics, settings.pack_turns, bonus),
         derive_seed(seed, "policy_data", step), metrics, "policy")
     phase.done("policy update", f"{int(metrics['policy/updates'])} updates")
     reward_state, reward_metrics = state.reward, {}
-    if settings.train_reward_model:
-        examples = (reward_model_examples(groups, settings.signal, metrics) if settings.reward_model_use == JUDGE_STEPS
-                    else unit_test_examples(unit_tests, metrics))   # unparseable tests as the reference scores them
+    if settings.train_reward_model and reward_model is not None:
+        examples = reward_model.role.training_examples(judgments, groups, settings.signal, metrics)
         reward_state, reward_metrics = services.reward_trainer.train(
             state.reward, examples, derive_seed(seed, "reward_data", step), metrics, "reward_model")
         phase.done("reward-model update", f"{int(metrics['reward_model/updates'])} updates")
     services.policy.update_params(sampler_weights(policy_state))
-    if services.reward_model is not None:
-        services.reward_model.update_params(sampler_weights(reward_state))
+    if services.reward_model is not None and services.reward_model.sampler is not None:
+        services.reward_model.sampler.update_params(sampler_weights(reward_state))
 
     played = [j for judged in groups.values() for j in judged if j.episode.env_error is None]
     report = dict(metrics)  # counts so far; the values below replace, never add
     report.update(policy_metrics)
     report.update(reward_metrics)
     report.update(episode_metrics(played, services.step_labeler))
-    if unit_tests:
-        report.update(unit_test_metrics(unit_tests))
+    if reward_model is not None:
+        report.update(reward_model.role.metrics(judgments))
     if services.generator is not None:   # this step's counts: a resumed run reports what an uninterrupted one does
         made = Counter(services.generator.metrics)
         made.subtract(generator_before)
@@ -207,18 +177,6 @@ def rl_step(state: SystemState, services: Services, settings: LoopSettings) -> t
                    "curriculum/pending": sum(s.pending is not None for s in pool.slots),
                    "time/step_s": time.perf_counter() - started})
     return SystemState(step=step, policy=policy_state, reward=reward_state, pool=pool), report
-
-
-def _unit_test_bonus(unit_tests: Mapping[str, UnitTestJudgments], settings: LoopSettings) -> dict[str, np.ndarray]:
-    """lambda x the fraction of the reward model's valid tests each policy program passes, per task (the
-    policy's programs come first among the judged codes, in the order of the task's trainable episodes)."""
-    bonus = {}
-    for task_id, judged in unit_tests.items():
-        valid = judged.valid
-        programs = judged.program_passes[:judged.num_policy_programs]
-        passed = programs[:, valid].mean(axis=1) if valid.any() else np.zeros(len(programs))
-        bonus[task_id] = settings.signal.step_weight * passed
-    return bonus
 
 
 class EnvironmentFailure(RuntimeError):

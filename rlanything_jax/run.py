@@ -23,10 +23,8 @@ from typing import Any
 import jax
 
 from rlanything_jax import assemble, evaluation, multihost, progress, traces, warm_start
-from rlanything_jax.agents.judging import StepJudge
 from rlanything_jax.agents.rollout import RolloutEngine
-from rlanything_jax.agents.scenario import JUDGE_STEPS, WRITE_UNIT_TESTS, Scenario, TaskSets
-from rlanything_jax.agents.unit_tests import UnitTestWriter
+from rlanything_jax.agents.scenario import Scenario, TaskSets
 from rlanything_jax.checkpoint import SystemCheckpointer, abstract_like
 from rlanything_jax.config import RunConfig
 from rlanything_jax.curriculum.task_pool import TaskPool, pool_from_json, pool_to_json
@@ -37,7 +35,7 @@ from rlanything_jax.envs.shared_runner import ProcessShardedRunner
 from rlanything_jax.loop import LoopSettings, Services, SystemState, rl_step
 from rlanything_jax.metrics import MetricsWriter, NullMetricsWriter, format_step_line, plot_curves, read_metrics
 from rlanything_jax.models import lora
-from rlanything_jax.probe import build_judge_probe, probe_accuracy
+from rlanything_jax.reward_models import RewardModel
 from rlanything_jax.rl.phase import Learner
 from rlanything_jax.rl.train_state import TrainState, sampler_weights
 from rlanything_jax.sampling.sampler import Sampler
@@ -147,12 +145,10 @@ def build_system(cfg: RunConfig, workdir: Path, log: Callable[[str], None]) -> S
     if jax.process_count() > 1:   # each process drives its share of the episodes; all see every result
         runner = ProcessShardedRunner(runner, jax.process_index(), jax.process_count())
     expert = scenario.expert
-    use = scenario.reward_model_use
     services = Services(
         policy=RolloutEngine(samplers["policy"], runner, scenario.prompts),
         policy_trainer=learners["policy"], reward_trainer=learners["reward"],
-        judge=StepJudge(samplers["reward"], scenario.prompts) if use == JUDGE_STEPS else None,
-        test_writer=UnitTestWriter(samplers["reward"], scenario.prompts) if use == WRITE_UNIT_TESTS else None,
+        reward_model=RewardModel(assemble.reward_model_role(cfg, scenario), samplers["reward"]),
         generator=assemble.task_generator(cfg, scenario, workdir, environment_sampler),
         step_labeler=None if expert is None else expert.step_label, seed=cfg.seed, log=log,
         write_traces=_trace_writer(workdir, cfg.loop.traces_per_step, log))
@@ -175,16 +171,17 @@ def _trace_writer(workdir: Path, count: int, log: Callable[[str], None]):
 
 
 def _judge_probe(system: System) -> Callable[[], dict[str, float]]:
-    """The reward model's accuracy on a fixed probe of expert-labelled held-out steps (`probe.py`), as a
-    function of the reward sampler's current weights; a no-op without a probe."""
-    cfg, settings, reward_sampler = system.cfg, system.settings, system.samplers["reward"]
+    """The reward model's accuracy on a fixed probe of held-out tasks, where its role has one (e.g. expert-labelled
+    steps, `probe.py`), as a function of the reward sampler's current weights; a no-op without a probe."""
+    cfg, settings, reward_model = system.cfg, system.settings, system.services.reward_model
     count = min(cfg.eval.judge_probe_tasks, len(system.tasks.eval))
-    if not (count and settings.reward_model_use == JUDGE_STEPS and system.scenario.expert is not None):
+    if not (count and settings.use_reward_model and system.scenario.expert is not None):
         return dict
-    probe = build_judge_probe(system.tasks.eval[:count], system.scenario, reward_sampler.tokenizer,
-                              system.expert_env, cfg.seed, cfg.warm_start.negatives_per_step)
     config = dataclasses.replace(settings.judge, seed=cfg.seed)  # the same samples' randomness every time
-    measure = functools.partial(probe_accuracy, reward_sampler, system.scenario.prompts, probe, config)
+    measure = reward_model.role.probe(reward_model.sampler, system.tasks.eval[:count], system.scenario,
+                                      system.expert_env, config, cfg.seed, cfg.warm_start.negatives_per_step)
+    if measure is None:
+        return dict
     if settings.train_reward_model:
         return measure
     # A reward model that is not trained gives the same figures every step: judge the probe once.
@@ -210,10 +207,13 @@ def _evaluate(system: System) -> dict[str, float]:
     cfg = system.cfg
     episodes, report = evaluate_split(system, system.tasks.eval)
     metrics = evaluation.loop_metrics(report)
-    if cfg.eval.unit_tests and system.services.test_writer is not None:
-        # The reward model's unit tests on the held-out tasks, as the reference's coding evaluation measures them.
-        config = dataclasses.replace(system.settings.judge, num_judgments=cfg.eval.unit_tests, seed=cfg.seed)
-        _, figures = evaluation.reward_model_report(episodes, system.services.test_writer, config, None)
+    reward_model = system.services.reward_model
+    if reward_model is not None and reward_model.role.held_out_judgments:
+        # The reward model on the held-out tasks, where its role is measured there (e.g. its unit tests, as the
+        # reference's coding evaluation measures them).
+        config = dataclasses.replace(system.settings.judge, num_judgments=reward_model.role.held_out_judgments,
+                                     seed=cfg.seed)
+        _, figures = evaluation.reward_model_report(episodes, reward_model, config, None)
         metrics.update({f"eval/{key}": value for key, value in figures.items()})
     return metrics
 
@@ -221,8 +221,8 @@ def _evaluate(system: System) -> dict[str, float]:
 def _warm_start(system: System, state: SystemState, log: Callable[[str], None]) -> SystemState:
     cfg, learners = system.cfg, system.learners
     policy_examples, reward_examples = warm_start.warm_start_examples(
-        system.scenario, system.tasks.warm_start, system.expert_env, system.samplers["policy"].tokenizer,
-        system.samplers["reward"].tokenizer, cfg.warm_start, cfg.seed)
+        system.scenario, system.services.reward_model.role, system.tasks.warm_start, system.expert_env,
+        system.samplers["policy"].tokenizer, system.samplers["reward"].tokenizer, cfg.warm_start, cfg.seed)
     log(f"warm start: {len(policy_examples)} policy and {len(reward_examples)} reward-model examples "
         f"from {len(system.tasks.warm_start)} expert tasks")
     policy = warm_start.train_supervised(learners["policy"], state.policy, policy_examples, cfg.warm_start,

@@ -83,17 +83,6 @@ def reward_sft_examples(tokenizer, prompts, task: Task, labelled: Sequence[Label
     return examples
 
 
-def unit_test_sft_examples(tokenizer, prompts, task: Task) -> list[Example]:
-    """Unit-test examples for a reward model that writes tests: the task's test prompt, answered with each
-    of its ground-truth tests in the format the parser reads."""
-    prompt = tokenizer.encode_chat(prompts.unit_test_messages(task))
-    examples = []
-    for stdin, expected in prompts.ground_truth_tests(task):
-        response = tokenizer.encode(prompts.unit_test_text(stdin, expected)) + [end_of_turn_id(tokenizer)]
-        examples.append(Example(prompt, response, 1.0, [float("nan")] * len(response)))
-    return examples
-
-
 def supervised_epochs(learner: Learner, state: TrainState, examples: Sequence[Example], epochs: int, seed: int,
                       prefix: str, log: Callable[[str], None] = print) -> tuple[TrainState, list[float]]:
     """`epochs` passes over `examples`; returns the state and each epoch's mean loss."""

@@ -1,9 +1,9 @@
 """The warm start: SFT of the policy and the reward model on the scenario expert's data, before RL.
 
-Policy: the expert's demonstrations as the rollout would record them. Reward model: for a
-scenario whose reward model judges steps, the judge prompts of the expert's labelled steps
-with the judgment of their label; for one whose reward model writes unit tests, the test
-prompt of each task with each of its ground-truth tests as the answer.
+Policy: the expert's demonstrations as the rollout would record them. Reward model: what its
+role makes of the expert's play (`RewardModelRole.warm_start_examples`: e.g. the judge prompts of
+the expert's labelled steps with the judgment of their label, or each task's test prompt answered
+with its ground-truth tests).
 """
 
 from __future__ import annotations
@@ -13,18 +13,19 @@ import math
 from collections.abc import Callable, Sequence
 
 from rlanything_jax import sft
-from rlanything_jax.agents.scenario import JUDGE_STEPS, Scenario
+from rlanything_jax.agents.scenario import Scenario
 from rlanything_jax.config_sections import WarmStartConfig
 from rlanything_jax.envs.base import Env, Task
+from rlanything_jax.reward_models import RewardModelRole
 from rlanything_jax.rl.data import Example
 from rlanything_jax.rl.phase import Learner
 from rlanything_jax.rl.train_state import TrainState, init_train_state
 from rlanything_jax.seeds import derive_rng, derive_seed
 
 
-def warm_start_examples(scenario: Scenario, tasks: Sequence[Task], env: Env, policy_tokenizer, reward_tokenizer,
-                        cfg: WarmStartConfig, seed: int) -> tuple[list[Example], list[Example]]:
-    """(policy examples, reward-model examples) from the expert's play of `tasks`."""
+def warm_start_examples(scenario: Scenario, role: RewardModelRole, tasks: Sequence[Task], env: Env, policy_tokenizer,
+                        reward_tokenizer, cfg: WarmStartConfig, seed: int) -> tuple[list[Example], list[Example]]:
+    """(policy examples, reward-model examples of its `role`) from the expert's play of `tasks`."""
     rng = derive_rng(seed, "warm_start")
     policy, reward = [], []
     for task in tasks:
@@ -34,11 +35,8 @@ def warm_start_examples(scenario: Scenario, tasks: Sequence[Task], env: Env, pol
         policy += sft.policy_sft_examples(sft.expert_episode(task, steps, scenario.prompts, policy_tokenizer))
         if not cfg.reward_epochs:
             continue
-        if scenario.reward_model_use == JUDGE_STEPS:
-            labelled = scenario.expert.labelled_steps(task, steps, env, rng, cfg.negatives_per_step)
-            reward += sft.reward_sft_examples(reward_tokenizer, scenario.prompts, task, labelled)
-        else:
-            reward += sft.unit_test_sft_examples(reward_tokenizer, scenario.prompts, task)
+        reward += role.warm_start_examples(reward_tokenizer, task, steps, scenario.expert, env, rng,
+                                           cfg.negatives_per_step)
     return policy, reward
 
 

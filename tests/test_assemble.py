@@ -5,11 +5,12 @@ from pathlib import Path
 
 import pytest
 
-from rlanything_jax.agents.scenario import JUDGE_STEPS, WRITE_UNIT_TESTS
 from rlanything_jax.agents.trajectory import Episode, StepRecord
-from rlanything_jax.assemble import build_scenario, loop_settings
+from rlanything_jax.assemble import build_scenario, loop_settings, reward_model_role
 from rlanything_jax.config import load_config
 from rlanything_jax.envs.base import Observation
+from rlanything_jax.reward_models.step_judging import JUDGE_STEPS
+from rlanything_jax.reward_models.unit_test_writing import WRITE_UNIT_TESTS
 from rlanything_jax.scenarios import make_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -25,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_ablation_rows(row, judge, train_rm, adapt, outcome_w, step_w):
     cfg = load_config(str(ROOT / "configs/alfworld.py:scratch"), [f"ablation={row}"])
     settings = loop_settings(cfg, build_scenario(cfg))
-    judges = settings.reward_model_use == JUDGE_STEPS
+    judges = settings.use_reward_model and reward_model_role(cfg, build_scenario(cfg)).name == JUDGE_STEPS
     assert (judges, settings.train_reward_model, settings.adapt_environment) == (judge, train_rm, adapt)
     assert (settings.signal.outcome_weight, settings.signal.step_weight) == (outcome_w, step_w)
     assert settings.signal.reward_model_outcome_weight == 1.0   # the reward model's label keeps O in every row
@@ -42,11 +43,13 @@ def test_coding_asks_for_an_easier_task_below_its_threshold_only():
 
 def test_coding_reward_model_writes_unit_tests_unless_outcome_only():
     cfg = load_config(str(ROOT / "configs/coding.py:cpu"))
-    assert loop_settings(cfg, build_scenario(cfg)).reward_model_use == WRITE_UNIT_TESTS
+    assert loop_settings(cfg, build_scenario(cfg)).use_reward_model
+    assert reward_model_role(cfg, build_scenario(cfg)).name == WRITE_UNIT_TESTS
     cfg = load_config(str(ROOT / "configs/coding.py:cpu"), ["ablation=outcome_only"])
-    assert loop_settings(cfg, build_scenario(cfg)).reward_model_use is None
+    assert not loop_settings(cfg, build_scenario(cfg)).use_reward_model
     cfg = load_config(str(ROOT / "configs/alfworld.py:cpu"))
-    assert loop_settings(cfg, build_scenario(cfg)).reward_model_use == JUDGE_STEPS
+    assert loop_settings(cfg, build_scenario(cfg)).use_reward_model
+    assert reward_model_role(cfg, build_scenario(cfg)).name == JUDGE_STEPS
 
 
 def test_expert_step_labels(tmp_path):

@@ -35,7 +35,6 @@ import numpy as np
 import pytest
 
 from rlanything_jax import assemble, sharding
-from rlanything_jax.agents.judging import StepJudge
 from rlanything_jax.agents.rollout import RolloutEngine
 from rlanything_jax.agents.trajectory import JudgedEpisode, ParsedJudgment
 from rlanything_jax.config import load_config
@@ -43,6 +42,8 @@ from rlanything_jax.curriculum.adaptation import accept_candidate
 from rlanything_jax.curriculum.task_pool import Candidate, TaskPool, propose
 from rlanything_jax.envs.runner import EnvRunner
 from rlanything_jax.loop import Services, SystemState, rl_step
+from rlanything_jax.reward_models import RewardModel
+from rlanything_jax.reward_models.step_judging import StepJudging
 from rlanything_jax.rl.data import unpack
 from rlanything_jax.rl.train_state import init_train_state
 from rlanything_jax.scenarios.alfworld import env as alfworld
@@ -120,7 +121,7 @@ def _services(cfg, workdir: Path, runner, script: _Script) -> tuple[Services, Sy
     record = _Recorder()
     services = Services(
         policy=record.wrap_policy(RolloutEngine(samplers["policy"], runner, scenario.prompts, script.action)),
-        judge=record.wrap_judge(StepJudge(samplers["reward"], _HashedJudge(scenario.prompts))),
+        reward_model=RewardModel(record.wrap_role(StepJudging(_HashedJudge(scenario.prompts))), samplers["reward"]),
         policy_trainer=record.wrap_trainer(learners["policy"]), reward_trainer=record.wrap_trainer(learners["reward"]),
         generator=record.wrap_generator(assemble.task_generator(cfg, scenario, workdir, None)),
         step_labeler=scenario.expert.step_label, seed=cfg.seed, log=print)
@@ -149,18 +150,18 @@ class _Recorder:
                 engine.update_params(params)
         return Policy()
 
-    def wrap_judge(self, judge):
+    def wrap_role(self, role):
         recorder = self
 
-        class Judge:
-            def judge(self, episodes, config, metrics):
-                judgments = judge.judge(episodes, config, metrics)
-                recorder.judgments.append(judgments)
-                return judgments
+        class Role:
+            def __getattr__(self, name):   # the rest of the role: the real one's
+                return getattr(role, name)
 
-            def update_params(self, params):
-                judge.update_params(params)
-        return Judge()
+            def judge(self, reward_model, episodes, config, metrics):
+                judgments = role.judge(reward_model, episodes, config, metrics)
+                recorder.judgments.append(judgments.steps)
+                return judgments
+        return Role()
 
     def wrap_trainer(self, learner):
         recorder = self

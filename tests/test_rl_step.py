@@ -1,8 +1,9 @@
 """One RLAnything step with fake collaborators: what each stage hands the next, checked by hand.
 
 `rl_step` reaches models and environments only through its declared protocols (`loop.Rollouts`,
-`StepJudge`, `UnitTestWriter`, `Trainer`, `TaskGenerator`), so a step runs here in a fraction
-of a second with scripted episodes, judgments and trainers that record what they are given.
+`reward_models.RewardModelRole`, `Trainer`, `TaskGenerator`), so a step runs here in a fraction
+of a second with scripted episodes, judgments and trainers that record what they are given (the
+reward model's roles are the real ones, with their sampling scripted).
 Everything between them is the real code: task sampling, candidate acceptance, adaptation,
 integrated rewards, advantages, consistency rewards, bands and the weight hand-back.
 
@@ -22,12 +23,14 @@ import pytest
 from rlanything_jax.agents.examples import SignalConfig
 from rlanything_jax.agents.judging import JudgeConfig
 from rlanything_jax.agents.rollout import RolloutConfig
-from rlanything_jax.agents.scenario import JUDGE_STEPS, WRITE_UNIT_TESTS, ParsedUnitTest
 from rlanything_jax.agents.trajectory import Episode, StepJudgments, StepRecord
-from rlanything_jax.agents.unit_tests import UnitTestJudgments
 from rlanything_jax.curriculum.task_pool import Candidate, TaskPool, propose
 from rlanything_jax.envs.base import Observation, Task
 from rlanything_jax.loop import LoopSettings, Services, SystemState, rl_step
+from rlanything_jax.reward_models import Judgments, RewardModel
+from rlanything_jax.reward_models.step_judging import StepJudging
+from rlanything_jax.reward_models.unit_test_writing import UnitTestWriting
+from rlanything_jax.reward_models.unit_tests import ParsedUnitTest, UnitTestJudgments
 
 G, M = 4, 2
 T0, T1, T2, T3 = (Task(f"t{i}", "fake", f"goal {i}") for i in range(4))
@@ -66,11 +69,23 @@ class FakePolicy:
         self.params = params
 
 
-class FakeJudge:
+class FakeRewardSampler:
+    """The reward model's sampler: keeps the weights it is given."""
+
     def __init__(self):
         self.params = None
 
-    def judge(self, episodes, config, metrics):
+    def update_params(self, params):
+        self.params = params
+
+
+@dataclasses.dataclass(frozen=True)
+class ScriptedStepJudging(StepJudging):
+    """The step-judging role with its judgments scripted (the rest of the role is the real one)."""
+
+    prompts: object = None
+
+    def judge(self, reward_model, episodes, config, metrics):
         out = []
         for e in episodes:
             n = len(e.steps)
@@ -79,10 +94,7 @@ class FakeJudge:
             out.append(StepJudgments(scores=scores, valid=valid, texts=(("",) * M,) * n,
                                      prompts=tuple((100 + int(e.task.task_id[1]), e.group_index, t) for t in range(n)),
                                      samples=tuple(tuple(((200 + j,), (-1.0,)) for j in range(M)) for _ in range(n))))
-        return out
-
-    def update_params(self, params):
-        self.params = params
+        return Judgments(steps=tuple(out))
 
 
 class RecordingTrainer:
@@ -108,7 +120,7 @@ class FakeGenerator:
 
 def _settings(**changes) -> LoopSettings:
     settings = LoopSettings(tasks_per_step=3, rollout=RolloutConfig(group_size=G), judge=JudgeConfig(num_judgments=M),
-                            signal=SignalConfig(num_judgments=M), reward_model_use=JUDGE_STEPS, pack_turns=False)
+                            signal=SignalConfig(num_judgments=M), pack_turns=False)
     return dataclasses.replace(settings, **changes)
 
 
@@ -119,7 +131,8 @@ def _state() -> SystemState:
 
 def _run(settings=None, **collaborators):
     parts = dict(policy=FakePolicy(), policy_trainer=RecordingTrainer(), reward_trainer=RecordingTrainer(),
-                 judge=FakeJudge(), generator=FakeGenerator(), log=lambda _: None)
+                 reward_model=RewardModel(ScriptedStepJudging(), FakeRewardSampler()), generator=FakeGenerator(),
+                 log=lambda _: None)
     parts.update(collaborators)
     services = Services(**parts)
     state, metrics = rl_step(_state(), services, settings or _settings())
@@ -141,7 +154,7 @@ def test_one_step_routes_tasks_candidates_and_examples():
     assert metrics["curriculum/accepted"] == 1 and metrics["curriculum/accepted_total"] == 1
     # Both models trained once; their new weights went back to the samplers.
     assert (state.step, state.policy, state.reward) == (1, FakeState(1), FakeState(1))
-    assert services.policy.params == 1 and services.judge.params == 1
+    assert services.policy.params == 1 and services.reward_model.sampler.params == 1
     assert metrics["rollout/success_rate"] == pytest.approx(7 / 16)
 
 
@@ -181,9 +194,9 @@ def test_outcome_only_skips_the_reward_model_and_a_rejected_candidate_is_not_tra
     global WINS
     saved, WINS = WINS, dict(WINS, c3=3)   # C3 at 0.75 is not harder than 0.5: rejected
     try:
-        services, state, metrics = _run(_settings(reward_model_use=None, train_reward_model=False,
+        services, state, metrics = _run(_settings(use_reward_model=False, train_reward_model=False,
                                                   signal=SignalConfig(num_judgments=M, step_weight=0.0)),
-                                        judge=None)
+                                        reward_model=None)
     finally:
         WINS = saved
     assert state.pool.slots[3].active == T3 and state.pool.slots[3].history[0].event == "rejected"
@@ -193,14 +206,16 @@ def test_outcome_only_skips_the_reward_model_and_a_rejected_candidate_is_not_tra
     assert "reward_model/outcome_accuracy" not in metrics
 
 
-class FakeTestWriter:
-    """Two tests per task: the first passed by the won programs only, the second unparseable."""
+@dataclasses.dataclass(frozen=True)
+class ScriptedUnitTestWriting(UnitTestWriting):
+    """The unit-test role with two scripted tests per task: the first passed by the won programs only, the
+    second unparseable."""
 
-    def __init__(self):
-        self.params, self.groups = None, None
+    prompts: object = None
+    groups: dict = dataclasses.field(default_factory=dict)   # what it was asked to write tests for
 
-    def write(self, groups, config, metrics):
-        self.groups = {k: len(v) for k, v in groups.items()}
+    def write(self, reward_model, groups, config, metrics):
+        self.groups.update({k: len(v) for k, v in groups.items()})
         out = {}
         for task_id, episodes in groups.items():
             won = np.array([e.won for e in episodes])
@@ -210,15 +225,11 @@ class FakeTestWriter:
                 program_passes=np.stack([won, np.zeros_like(won)], axis=1), program_is_gt=won)
         return out
 
-    def update_params(self, params):
-        self.params = params
-
 
 def test_a_unit_test_reward_model_is_written_to_trained_and_reported():
-    settings = _settings(reward_model_use=WRITE_UNIT_TESTS)
-    services, state, metrics = _run(settings, judge=None, test_writer=FakeTestWriter())
-    assert services.test_writer.groups == {"t0": G, "t1": G, "t2": G, "c3": G}
-    assert services.test_writer.params == 1 and state.reward == FakeState(1)
+    services, state, metrics = _run(reward_model=RewardModel(ScriptedUnitTestWriting(), FakeRewardSampler()))
+    assert services.reward_model.role.groups == {"t0": G, "t1": G, "t2": G, "c3": G}
+    assert services.reward_model.sampler.params == 1 and state.reward == FakeState(1)
     [examples] = services.reward_trainer.examples
     assert examples and all(tuple(e.prompt_ids) == (300,) for e in examples)
     assert "reward_model/unit_test_accuracy" in metrics

@@ -168,21 +168,6 @@ def judge_episodes(reward_model: Sampler, prompts: StepJudgePrompts, episodes: S
     return out
 
 
-@dataclasses.dataclass
-class StepJudge:
-    """The reward model judging steps as the loop uses it (`loop.StepJudge`): its sampler and the scenario's
-    judge prompts."""
-
-    sampler: Sampler
-    prompts: StepJudgePrompts
-
-    def judge(self, episodes: Sequence[Episode], config: JudgeConfig, metrics: Counter) -> list[StepJudgments | None]:
-        return judge_episodes(self.sampler, self.prompts, episodes, config, metrics)
-
-    def update_params(self, params) -> None:
-        self.sampler.update_params(params)
-
-
 def step_context(episode: Episode, step_index: int) -> tuple[StepRecord, list[StepRecord]]:
     """The judged step and the steps before it (for prompts that show the trajectory)."""
     return episode.steps[step_index], episode.steps[:step_index]

@@ -4,8 +4,8 @@ Generic code (rollout, judging, warm start, probe, curriculum, the run) calls a 
 only through these protocols; everything that knows a game, a desktop or a coding
 problem lives in a package under `rlanything_jax/scenarios/`, registered by name
 (`scenarios.register_scenario`). Optional parts are `None`: a scenario without an
-expert has no warm start or probe, one whose reward model writes unit tests has no
-step judge.
+expert has no warm start or probe. How its reward model is used is a role it names
+(`rlanything_jax.reward_models`), which reads the scenario's `reward_prompts`.
 """
 
 from __future__ import annotations
@@ -13,18 +13,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from rlanything_jax.agents.chat_tokens import Message
 from rlanything_jax.agents.trajectory import Episode, ExpertStep, LabelledStep, ParsedAction, ParsedJudgment
 from rlanything_jax.envs.base import Env, Observation, Task
-
-# How a scenario's reward model is used (ALGORITHM.md 3.2-3.4).
-JUDGE_STEPS = "judge_steps"            # it judges every policy step m times
-WRITE_UNIT_TESTS = "write_unit_tests"  # it writes m unit tests per task, run against the policy's programs
-REWARD_MODEL_USES = (JUDGE_STEPS, WRITE_UNIT_TESTS)
 
 
 class PolicyPrompts(Protocol):
@@ -42,6 +37,7 @@ class PolicyPrompts(Protocol):
         """What the policy should write to take `action` (the warm start's target)."""
 
 
+@runtime_checkable
 class StepJudgePrompts(Protocol):
     """How the reward model sees one policy step and how its judgment is read."""
 
@@ -53,37 +49,6 @@ class StepJudgePrompts(Protocol):
 
     def judgment_text(self, label: int) -> str:
         """What the reward model should write to give `label` (+1 or -1; the warm start's target)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class ParsedUnitTest:
-    stdin: str
-    expected_stdout: str
-    valid: bool
-    status: str
-
-
-class UnitTestPrompts(Protocol):
-    """A reward model that writes unit tests (coding): its prompt, its parser, and the test runs."""
-
-    name: str
-
-    def unit_test_messages(self, task: Task) -> list[Message]: ...
-
-    def parse_unit_test(self, text: str) -> ParsedUnitTest: ...
-
-    def unit_test_text(self, stdin: str, expected_stdout: str) -> str:
-        """A unit test written in the format the parser reads (the warm start's target)."""
-
-    def ground_truth_tests(self, task: Task) -> list[tuple[str, str]]:
-        """The task's own (stdin, expected stdout) tests."""
-
-    def reference_solution(self, task: Task) -> str | None:
-        """The task's known-correct program, when it has one (judged as a GT code)."""
-
-    def run_tests(self, task: Task, programs: Sequence[str | None],
-                  tests: Sequence[tuple[str, str]]) -> np.ndarray:
-        """bool [len(programs), len(tests)]: program p passes test t (run in the sandbox)."""
 
 
 class Expert(Protocol):
@@ -149,8 +114,9 @@ class Scenario(Protocol):
 
     name: str
     env_module: str          # imported by environment workers: registers the scenario's envs
-    reward_model_use: str    # JUDGE_STEPS or WRITE_UNIT_TESTS
-    prompts: Any             # PolicyPrompts, plus StepJudgePrompts or UnitTestPrompts
+    reward_model_role: str   # how its reward model is used: a registered role (`rlanything_jax.reward_models`)
+    prompts: PolicyPrompts
+    reward_prompts: Any      # what its role reads (the role's registered prompts type, checked when it is made)
     expert: Expert | None    # None: no warm start, no probe, no step accuracy
     runs_untrusted_code: bool  # its environment executes model-written code (needs the sandbox)
 

@@ -50,7 +50,8 @@ class Estimate:
 
 
 def uses_environment_model(cfg: RunConfig) -> bool:
-    return cfg.curriculum.enabled and cfg.curriculum.generator == "env_model" and cfg.ablation == "rlanything"
+    return (cfg.curriculum.enabled and cfg.curriculum.generator == "env_model"
+            and cfg.ablation_switches.adapt_environment)
 
 
 def estimate(cfg: RunConfig, models: dict, num_devices: int, micro_batches: int = 2,

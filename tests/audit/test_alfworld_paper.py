@@ -16,13 +16,14 @@ import pytest
 
 from rlanything_jax import assemble, sharding
 from rlanything_jax.agents.examples import episode_examples
-from rlanything_jax.agents.judging import StepJudge
 from rlanything_jax.agents.rollout import RolloutEngine
 from rlanything_jax.agents.trajectory import ParsedJudgment
 from rlanything_jax.config import load_config
 from rlanything_jax.curriculum.task_pool import TaskPool
 from rlanything_jax.envs.base import InProcessRunner
 from rlanything_jax.loop import Services, SystemState, rl_step
+from rlanything_jax.reward_models import RewardModel
+from rlanything_jax.reward_models.step_judging import StepJudging
 from rlanything_jax.rl.data import DataConfig, prepare_examples
 from rlanything_jax.scenarios.alfworld import env as alfworld_env
 from rlanything_jax.scenarios.text_games import prompts as text_prompts
@@ -58,9 +59,13 @@ class Recorder:
         self.episodes = self.engine.play(tasks, config, metrics)
         return self.episodes
 
-    def judge(self, episodes, config, metrics):
-        self.judgments = self.judge_impl.judge(episodes, config, metrics)
-        return self.judgments
+    def __getattr__(self, name):   # the rest of the reward model's role: the real one's
+        return getattr(self.judge_impl, name)
+
+    def judge(self, reward_model, episodes, config, metrics):
+        judgments = self.judge_impl.judge(reward_model, episodes, config, metrics)
+        self.judgments = list(judgments.steps)
+        return judgments
 
     def update_params(self, params):
         pass
@@ -100,9 +105,10 @@ def test_the_paper_configs_first_step_holds_and_trains_on_every_expert_step(tmp_
     settings = dataclasses.replace(paper, rollout=dataclasses.replace(paper.rollout, max_new_tokens=RESPONSE_TOKENS),
                                    judge=dataclasses.replace(paper.judge, max_new_tokens=16))
     recorder = Recorder(RolloutEngine(samplers["policy"], InProcessRunner(), scenario.prompts, expert),
-                        StepJudge(samplers["reward"], HashedVotes(scenario.prompts)))
+                        StepJudging(HashedVotes(scenario.prompts)))
     services = Services(policy=recorder, policy_trainer=learners["policy"], reward_trainer=learners["reward"],
-                        judge=recorder, generator=None, seed=cfg.seed, log=lambda _: None)
+                        reward_model=RewardModel(recorder, samplers["reward"]), generator=None, seed=cfg.seed,
+                        log=lambda _: None)
     state = SystemState(step=0, policy=learners["policy"].fresh_state(samplers["policy"].params),
                         reward=learners["reward"].fresh_state(samplers["reward"].params),
                         pool=TaskPool.from_tasks(tasks.train))

@@ -14,7 +14,7 @@ from pathlib import Path
 from rlanything_jax import validation
 from rlanything_jax.agents import demonstrations
 from rlanything_jax.agents.parsers import parse_judgment
-from rlanything_jax.agents.scenario import JUDGE_STEPS, GeneratorContext, TaskCounts, TaskSets
+from rlanything_jax.agents.scenario import GeneratorContext, TaskCounts, TaskSets
 from rlanything_jax.agents.trajectory import Episode, ParsedAction, ParsedJudgment
 from rlanything_jax.curriculum.generators import ProceduralGenerator
 from rlanything_jax.envs.base import Observation, Task
@@ -90,12 +90,13 @@ def _farther_or_nearer(raw: Task, direction: str):
 class WalkScenario:
     name = NAME
     env_module = "tests.walk_scenario.env"
-    reward_model_use = JUDGE_STEPS
+    reward_model_role = "judge_steps"   # its reward model judges every step (reward_models.step_judging)
     runs_untrusted_code = False
 
     def __init__(self, options: WalkOptions):
         self.options = options
         self.prompts = WalkPrompts()
+        self.reward_prompts = self.prompts   # one object holds the policy's and the reward model's prompts
         self.expert = WalkExpert()
 
     def _distance(self, seed: int) -> int:

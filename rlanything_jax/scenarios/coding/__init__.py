@@ -18,7 +18,7 @@ import numpy as np
 
 from rlanything_jax import validation
 from rlanything_jax.agents import demonstrations
-from rlanything_jax.agents.scenario import WRITE_UNIT_TESTS, GeneratorContext, TaskCounts, TaskSets
+from rlanything_jax.agents.scenario import GeneratorContext, TaskCounts, TaskSets
 from rlanything_jax.agents.trajectory import Episode, ExpertStep, LabelledStep
 from rlanything_jax.curriculum.generators import EnvironmentModel
 from rlanything_jax.envs.base import Env, Task
@@ -88,12 +88,13 @@ class ReferenceSolutionExpert:
 class CodingScenario:
     name = NAME
     env_module = coding_env.__name__
-    reward_model_use = WRITE_UNIT_TESTS
+    reward_model_role = "write_unit_tests"   # its reward model writes unit tests (reward_models.unit_test_writing)
     runs_untrusted_code = True
 
     def __init__(self, options: CodingOptions):
         self.options = options
         self.prompts = PROMPT_STYLES[options.prompt_style]()
+        self.reward_prompts = self.prompts   # one object holds the policy's and the reward model's prompts
         self.expert = ReferenceSolutionExpert()
 
     def _file_tasks(self, path: str) -> list[Task]:

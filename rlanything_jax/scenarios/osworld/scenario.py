@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from rlanything_jax import validation
-from rlanything_jax.agents.scenario import JUDGE_STEPS, GeneratorContext, TaskCounts, TaskSets
+from rlanything_jax.agents.scenario import GeneratorContext, TaskCounts, TaskSets
 from rlanything_jax.curriculum.generators import EnvironmentModel, GeneratorChain
 from rlanything_jax.envs.base import TASK_GROUP, Task
 from rlanything_jax.scenarios import register_scenario
@@ -150,7 +150,7 @@ def _seed_major(tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
 class OsWorldScenario:
     name = NAME
     env_module = desktop_env.__name__
-    reward_model_use = JUDGE_STEPS
+    reward_model_role = "judge_steps"   # its reward model judges every step (reward_models.step_judging)
     runs_untrusted_code = False   # actions are parsed into pyautogui literals (actions.py), inside the session
 
     def __init__(self, options: OsWorldOptions):
@@ -161,6 +161,7 @@ class OsWorldScenario:
             raise ConfigError("tasks.reset_command", NEEDS_RESET, show_value=False)
         self.options = options
         self.prompts = DesktopPrompts(options.max_pixels, options.image_history)
+        self.reward_prompts = self.prompts   # one object holds the policy's and the reward model's prompts
         self.expert = DesktopExpert()
 
     def make_task(self, data: dict[str, Any], task_id: str | None = None, group: str = "") -> Task:

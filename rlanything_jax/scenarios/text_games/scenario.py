@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from rlanything_jax import validation
-from rlanything_jax.agents.scenario import JUDGE_STEPS, GeneratorContext, TaskCounts, TaskSets
+from rlanything_jax.agents.scenario import GeneratorContext, TaskCounts, TaskSets
 from rlanything_jax.envs.base import Task
 from rlanything_jax.scenarios.text_games.compact import CompactChoicePrompts, CompactPrompts
 from rlanything_jax.scenarios.text_games.expert import EXPERT_KINDS, TextGameExpert
@@ -65,12 +65,13 @@ class TextGameScenario:
     name: str
     env_module: str
     known_task_types: tuple[str, ...]
-    reward_model_use = JUDGE_STEPS
+    reward_model_role = "judge_steps"   # its reward model judges every step (reward_models.step_judging)
     runs_untrusted_code = False
 
     def __init__(self, options: TextGameOptions):
         self.options = options
         self.prompts = PROMPT_STYLES[options.prompt_style]()
+        self.reward_prompts = self.prompts   # one object holds the policy's and the reward model's prompts
         self.expert = TextGameExpert(self.walkthrough, options.demonstrations, options.step_labels)
 
     # -- the engine-specific half

@@ -6,9 +6,9 @@ import re
 import jinja2
 import pytest
 
-from rlanything_jax import sft
 from rlanything_jax.envs.base import Observation
 from rlanything_jax.models.scratch import CHATML_TEMPLATE
+from rlanything_jax.reward_models.unit_test_writing import ground_truth_test_examples
 from rlanything_jax.scenarios import make_scenario
 from rlanything_jax.scenarios.coding import CodingOptions, easy_problems
 from rlanything_jax.scenarios.coding import env as coding
@@ -72,7 +72,7 @@ def test_warm_start_tests_parse_back_and_the_reference_solution_passes_them(styl
     for seed in (0, 3, 8, 18):   # sum_two, add_constant, count_letter, repeat_word
         task = easy_problems.easy_task(seed)
         truth = coding.stdio_tests(task)
-        examples = sft.unit_test_sft_examples(tok, prompts, task)
+        examples = ground_truth_test_examples(tok, prompts, task)
         assert len(examples) == len(truth) == easy_problems.NUM_TESTS
         parsed = []
         for example, (stdin, stdout) in zip(examples, truth):

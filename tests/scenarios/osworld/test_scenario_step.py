@@ -21,19 +21,19 @@ pytestmark = pytest.mark.slow
 
 
 class RecordingJudge:
-    """The run's reward model, keeping what it judged (to check the prompts' images)."""
+    """The run's reward-model role, keeping what it judged (to check the prompts' images)."""
 
-    def __init__(self, judge):
-        self.judge_impl, self.judged, self.episodes = judge, [], []
+    def __init__(self, role):
+        self.judge_impl, self.judged, self.episodes = role, [], []
 
-    def judge(self, episodes, config, metrics):
-        out = self.judge_impl.judge(episodes, config, metrics)
-        self.judged += out
+    def __getattr__(self, name):   # the rest of the role: the real one's
+        return getattr(self.judge_impl, name)
+
+    def judge(self, reward_model, episodes, config, metrics):
+        out = self.judge_impl.judge(reward_model, episodes, config, metrics)
+        self.judged += out.steps
         self.episodes += episodes
         return out
-
-    def update_params(self, params):
-        self.judge_impl.update_params(params)
 
 
 def judge_warm_start(system, state):
@@ -74,14 +74,15 @@ def test_one_rlanything_step_on_two_desktops(tmp_path):
                                                       "harder", 1.0, [], 0)
         assert candidate is not None and candidate.payload["source"]["rla_knobs"]["n"] == 2
         state = dataclasses.replace(state, pool=propose(state.pool, slot, Candidate(candidate, "harder", 1.0, 0)))
-        judge = RecordingJudge(system.services.judge)
+        judge = RecordingJudge(system.services.reward_model.role)
         def expert_for_first_rollout(episode, observation):   # one rollout of each task plays the expert
             plan = system.scenario.expert.plan(episode.task)
             t = len(episode.steps) - 1
             return plan[t] if episode.group_index == 0 and t < len(plan) else None
 
         policy = dataclasses.replace(system.services.policy, action_override=expert_for_first_rollout)
-        services = dataclasses.replace(system.services, judge=judge, policy=policy)
+        services = dataclasses.replace(system.services, policy=policy,
+                                       reward_model=dataclasses.replace(system.services.reward_model, role=judge))
         settings = system.settings
         before = np.array(jax.tree.leaves(state.policy.params)[0])   # the train step donates the params
         new_state, metrics = rl_step(state, services, settings)

@@ -7,11 +7,16 @@ import numpy as np
 import pytest
 
 from rlanything_jax.agents.judging import JudgeConfig
-from rlanything_jax.agents.scenario import ParsedUnitTest
 from rlanything_jax.agents.trajectory import Episode, StepRecord
-from rlanything_jax.agents.unit_tests import (
+from rlanything_jax.envs.base import Observation
+from rlanything_jax.models import load_pretrained
+from rlanything_jax.models.scratch import ScratchArchitecture, build_scratch_model_dir
+from rlanything_jax.models.tokenizer import Tokenizer
+from rlanything_jax.reward_models import RewardModel
+from rlanything_jax.reward_models.unit_test_writing import UnitTestWriting
+from rlanything_jax.reward_models.unit_tests import (
+    ParsedUnitTest,
     UnitTestJudgments,
-    UnitTestWriter,
     judge_texts,
     task_codes,
     unit_test_advantages,
@@ -19,10 +24,6 @@ from rlanything_jax.agents.unit_tests import (
     unit_test_metrics,
     write_unit_tests,
 )
-from rlanything_jax.envs.base import Observation
-from rlanything_jax.models import load_pretrained
-from rlanything_jax.models.scratch import ScratchArchitecture, build_scratch_model_dir
-from rlanything_jax.models.tokenizer import Tokenizer
 from rlanything_jax.sampling.sampler import Sampler
 from rlanything_jax.scenarios.coding import env as coding
 from rlanything_jax.scenarios.coding.scenario import CodingPrompts
@@ -197,8 +198,8 @@ def test_write_unit_tests_with_a_real_sampler(reward_model, sum_two):
     assert sum(v for k, v in metrics.items() if k.startswith("parse/coding_unit_test/")) == 6
     assert metrics["unit_tests/tokens"] == sum(len(t) for j in judgments.values() for t, _ in j.samples)
 
-    writer = UnitTestWriter(reward_model, prompts)
-    again = writer.write(groups, config, Counter())
+    role = UnitTestWriting(prompts)   # the role, as the loop uses it: every episode of the step, grouped by task
+    again = role.judge(reward_model, [e for episodes in groups.values() for e in episodes], config, Counter()).tasks
     assert again[sum_two.task_id].samples == judged.samples
 
 
@@ -232,7 +233,8 @@ def test_evaluation_measures_the_reward_models_unit_tests_on_held_out_tasks(rewa
     config = JudgeConfig(num_judgments=3, max_new_tokens=8, temperature=0.0, batch_size=3)
     prompts = CodingPrompts()
     episodes, report = evaluation.held_out(_PlayedPrograms(programs), [sum_two, reverse], RolloutConfig(group_size=2))
-    _, figures = evaluation.reward_model_report(episodes, UnitTestWriter(reward_model, prompts), config, None)
+    _, figures = evaluation.reward_model_report(episodes, RewardModel(UnitTestWriting(prompts), reward_model), config,
+                                                None)
     groups = {t.task_id: [_episode(t, g, p) for g, p in enumerate(programs[t.task_id])] for t in (sum_two, reverse)}
     expected = unit_test_metrics(write_unit_tests(reward_model, prompts, groups, config, Counter()))
     assert set(expected) == {"reward_model/unit_test_accuracy", "reward_model/unit_test_detect",

@@ -8,7 +8,8 @@ ground-truth test is a "GT code"; a generated test that every GT code passes is 
 A test's reward (`rl.rewards.unit_test_rewards`) is how many non-GT codes it tells apart
 from the GT codes, z-scored over the task's m tests.
 
-Scenario-free: the scenario is reached only through `agents.scenario.UnitTestPrompts`.
+Scenario-free: the scenario is reached only through `UnitTestPrompts` (below). The role that uses
+these, `unit_test_writing.UnitTestWriting`, is what the loop sees.
 """
 
 from __future__ import annotations
@@ -17,11 +18,12 @@ import dataclasses
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from rlanything_jax.agents.chat_tokens import Message
 from rlanything_jax.agents.judging import JudgeConfig, sample_each
-from rlanything_jax.agents.scenario import ParsedUnitTest, UnitTestPrompts
 from rlanything_jax.agents.trajectory import Episode
 from rlanything_jax.envs.base import Task
 from rlanything_jax.rl.data import Example
@@ -31,6 +33,38 @@ from rlanything_jax.sampling.sampler import Sampler
 from rlanything_jax.sampling.stops import Completion
 
 Sample = tuple[tuple[int, ...], tuple[float, ...]]   # a generation's tokens and sampler log-probabilities
+
+
+@dataclasses.dataclass(frozen=True)
+class ParsedUnitTest:
+    stdin: str
+    expected_stdout: str
+    valid: bool
+    status: str
+
+
+@runtime_checkable
+class UnitTestPrompts(Protocol):
+    """A reward model that writes unit tests (coding): its prompt, its parser, and the test runs."""
+
+    name: str
+
+    def unit_test_messages(self, task: Task) -> list[Message]: ...
+
+    def parse_unit_test(self, text: str) -> ParsedUnitTest: ...
+
+    def unit_test_text(self, stdin: str, expected_stdout: str) -> str:
+        """A unit test written in the format the parser reads (the warm start's target)."""
+
+    def ground_truth_tests(self, task: Task) -> list[tuple[str, str]]:
+        """The task's own (stdin, expected stdout) tests."""
+
+    def reference_solution(self, task: Task) -> str | None:
+        """The task's known-correct program, when it has one (judged as a GT code)."""
+
+    def run_tests(self, task: Task, programs: Sequence[str | None],
+                  tests: Sequence[tuple[str, str]]) -> np.ndarray:
+        """bool [len(programs), len(tests)]: program p passes test t (run in the sandbox)."""
 
 
 @dataclasses.dataclass(frozen=True, eq=False)   # eq=False: arrays have no single truth value
@@ -136,22 +170,6 @@ def write_unit_tests(reward_model: Sampler, prompts: UnitTestPrompts, groups: Ma
             tests=tests, program_passes=passes, program_is_gt=is_gt, has_reference=has_reference)
     metrics["unit_tests/tasks"] += len(out)
     return out
-
-
-@dataclasses.dataclass
-class UnitTestWriter:
-    """The reward model writing unit tests as the loop uses it (`loop.UnitTestWriter`): its sampler and the
-    scenario's unit-test prompts."""
-
-    sampler: Sampler
-    prompts: UnitTestPrompts
-
-    def write(self, groups: Mapping[str, Sequence[Episode]], config: JudgeConfig,
-              metrics: Counter) -> dict[str, UnitTestJudgments]:
-        return write_unit_tests(self.sampler, self.prompts, groups, config, metrics)
-
-    def update_params(self, params) -> None:
-        self.sampler.update_params(params)
 
 
 # ---------------------------------------------------------------- training data and metrics
