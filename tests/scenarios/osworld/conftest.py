@@ -7,6 +7,7 @@ import tempfile
 
 import pytest
 
+from rlanything_jax.scenarios.osworld.field_evaluators import PACKAGE_HINT, field_evaluators
 from rlanything_jax.scenarios.osworld.local_desktop import DesktopOptions, LocalDesktop, missing_programs
 
 
@@ -18,6 +19,17 @@ def require_desktop_packages() -> None:
         if os.environ.get("CI"):
             pytest.fail("CI must run the desktop tests, but: " + message)
         pytest.skip(message)
+
+
+@pytest.fixture(scope="module")
+def field():
+    """OSWorld's metrics and getters (desktop-env): skipped where not installed, a failure in CI."""
+    loaded = field_evaluators()
+    if loaded is None:
+        if os.environ.get("CI"):
+            pytest.fail("CI must score with OSWorld's evaluators: " + PACKAGE_HINT)
+        pytest.skip("OSWorld's evaluators are not installed: " + PACKAGE_HINT)
+    return loaded
 
 
 @pytest.fixture(scope="module")
