@@ -33,14 +33,14 @@ class JudgeProbe:
 
 
 def build_judge_probe(tasks: Sequence[Task], scenario: Scenario, tokenizer, env: Env, seed: int,
-                      negatives_per_step: int = 1) -> JudgeProbe:
+                      negatives_per_step: int = 1, image_inputs=None) -> JudgeProbe:
     """The probe's prompts and labels for `tasks` (deterministic in `seed`); `env` plays the expert's games."""
     rng = derive_rng(seed, "probe")
     prompts, probe_labels, probe_images = [], [], []
     for task in tasks:
         steps = scenario.expert.demonstration(task, env, rng)
         for labelled in scenario.expert.labelled_steps(task, steps, env, rng, negatives_per_step):
-            tokens, images = sft.judge_prompt(tokenizer, scenario.prompts, task, labelled)
+            tokens, images = sft.judge_prompt(tokenizer, scenario.prompts, task, labelled, image_inputs)
             prompts.append(tuple(tokens))   # whole, as the loop's judge prompts (agents.judging)
             probe_labels.append(labelled.label)
             probe_images.append(tuple(images))

@@ -222,7 +222,8 @@ def _warm_start(system: System, state: SystemState, log: Callable[[str], None]) 
     cfg, learners = system.cfg, system.learners
     policy_examples, reward_examples = warm_start.warm_start_examples(
         system.scenario, system.services.reward_model.role, system.tasks.warm_start, system.expert_env,
-        system.samplers["policy"].tokenizer, system.samplers["reward"].tokenizer, cfg.warm_start, cfg.seed)
+        system.samplers["policy"].tokenizer, system.samplers["reward"].tokenizer, cfg.warm_start, cfg.seed,
+        system.samplers["reward"].image_inputs)
     log(f"warm start: {len(policy_examples)} policy and {len(reward_examples)} reward-model examples "
         f"from {len(system.tasks.warm_start)} expert tasks")
     policy = warm_start.train_supervised(learners["policy"], state.policy, policy_examples, cfg.warm_start,

@@ -67,18 +67,22 @@ def policy_sft_examples(episode: Episode, pack: bool = True) -> list[Example]:
     return episode_examples(episode, [1.0] * len(episode.steps), pack_turns=pack)
 
 
-def judge_prompt(tokenizer, prompts, task: Task, labelled: LabelledStep) -> tuple[list[int], list]:
-    """The reward model's prompt for the last step of `labelled`: its tokens and images."""
+def judge_prompt(tokenizer, prompts, task: Task, labelled: LabelledStep,
+                 image_inputs=None) -> tuple[list[int], list]:
+    """The reward model's prompt for the last step of `labelled`: its tokens and images (encoded by
+    `image_inputs`, the reward model's, where the prompt has images)."""
     episode = expert_episode(task, labelled.steps, prompts)
-    return encode_prompt(tokenizer, prompts.judge_messages(task, episode, len(labelled.steps) - 1))
+    return encode_prompt(tokenizer, prompts.judge_messages(task, episode, len(labelled.steps) - 1),
+                         image_inputs=image_inputs)
 
 
-def reward_sft_examples(tokenizer, prompts, task: Task, labelled: Sequence[LabelledStep]) -> list[Example]:
+def reward_sft_examples(tokenizer, prompts, task: Task, labelled: Sequence[LabelledStep],
+                        image_inputs=None) -> list[Example]:
     """Judge examples (prompt, the judgment of its label) for labelled steps of an expert game."""
     examples = []
     for step in labelled:
         response = tokenizer.encode(prompts.judgment_text(step.label)) + [end_of_turn_id(tokenizer)]
-        tokens, images = judge_prompt(tokenizer, prompts, task, step)
+        tokens, images = judge_prompt(tokenizer, prompts, task, step, image_inputs)
         examples.append(Example(tokens, response, 1.0, [float("nan")] * len(response), images=images or None))
     return examples
 

@@ -24,7 +24,8 @@ from rlanything_jax.seeds import derive_rng, derive_seed
 
 
 def warm_start_examples(scenario: Scenario, role: RewardModelRole, tasks: Sequence[Task], env: Env, policy_tokenizer,
-                        reward_tokenizer, cfg: WarmStartConfig, seed: int) -> tuple[list[Example], list[Example]]:
+                        reward_tokenizer, cfg: WarmStartConfig, seed: int,
+                        reward_image_inputs=None) -> tuple[list[Example], list[Example]]:
     """(policy examples, reward-model examples of its `role`) from the expert's play of `tasks`."""
     rng = derive_rng(seed, "warm_start")
     policy, reward = [], []
@@ -36,7 +37,7 @@ def warm_start_examples(scenario: Scenario, role: RewardModelRole, tasks: Sequen
         if not cfg.reward_epochs:
             continue
         reward += role.warm_start_examples(reward_tokenizer, task, steps, scenario.expert, env, rng,
-                                           cfg.negatives_per_step)
+                                           cfg.negatives_per_step, image_inputs=reward_image_inputs)
     return policy, reward
 
 

@@ -56,7 +56,7 @@ class GoRule:
     def training_examples(self, judgments, groups, signal, metrics):
         return []
 
-    def warm_start_examples(self, tokenizer, task, steps, expert, env, rng, negatives_per_step):
+    def warm_start_examples(self, tokenizer, task, steps, expert, env, rng, negatives_per_step, image_inputs=None):
         return []
 
     def corpus_texts(self, render, task, episode):

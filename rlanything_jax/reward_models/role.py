@@ -66,8 +66,10 @@ class RewardModelRole(Protocol):
         """The reward model's RL examples from this step's judgments of the tasks in `groups`."""
 
     def warm_start_examples(self, tokenizer: Any, task: Task, steps: Sequence[ExpertStep], expert: Any, env: Env,
-                            rng: np.random.Generator, negatives_per_step: int) -> list[Example]:
-        """The reward model's SFT examples from the expert's play `steps` of `task`."""
+                            rng: np.random.Generator, negatives_per_step: int,
+                            image_inputs: Any = None) -> list[Example]:
+        """The reward model's SFT examples from the expert's play `steps` of `task` (images encoded by
+        `image_inputs`, the reward model's, where its prompts have images)."""
 
     def corpus_texts(self, render: RenderChat, task: Task, episode: Episode) -> list[str]:
         """What the reward model reads and writes about an expert episode (a scratch tokenizer's text)."""

@@ -55,9 +55,10 @@ class StepJudging:
         return reward_model_examples(groups, signal, metrics)
 
     def warm_start_examples(self, tokenizer: Any, task: Task, steps: Sequence[ExpertStep], expert: Any, env: Env,
-                            rng: np.random.Generator, negatives_per_step: int) -> list[Example]:
+                            rng: np.random.Generator, negatives_per_step: int,
+                            image_inputs: Any = None) -> list[Example]:
         labelled = expert.labelled_steps(task, steps, env, rng, negatives_per_step)
-        return sft.reward_sft_examples(tokenizer, self.prompts, task, labelled)
+        return sft.reward_sft_examples(tokenizer, self.prompts, task, labelled, image_inputs)
 
     def corpus_texts(self, render: RenderChat, task: Task, episode: Episode) -> list[str]:
         messages = text_only(self.prompts.judge_messages(task, episode, len(episode.steps) - 1))
@@ -70,7 +71,8 @@ class StepJudging:
               seed: int, negatives_per_step: int) -> Callable[[], dict[str, float]] | None:
         if scenario.expert is None:
             return None
-        probe = probes.build_judge_probe(tasks, scenario, reward_model.tokenizer, env, seed, negatives_per_step)
+        probe = probes.build_judge_probe(tasks, scenario, reward_model.tokenizer, env, seed, negatives_per_step,
+                                         getattr(reward_model, "image_inputs", None))
         return functools.partial(probes.probe_accuracy, reward_model, self.prompts, probe, config)
 
 

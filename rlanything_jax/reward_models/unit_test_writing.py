@@ -66,7 +66,8 @@ class UnitTestWriting:
         return unit_test_examples(judgments.tasks, metrics)   # unparseable tests as the reference scores them
 
     def warm_start_examples(self, tokenizer: Any, task: Task, steps: Sequence[ExpertStep], expert: Any, env: Env,
-                            rng: np.random.Generator, negatives_per_step: int) -> list[Example]:
+                            rng: np.random.Generator, negatives_per_step: int,
+                            image_inputs: Any = None) -> list[Example]:
         return ground_truth_test_examples(tokenizer, self.prompts, task)
 
     def corpus_texts(self, render: RenderChat, task: Task, episode: Episode) -> list[str]:

@@ -47,7 +47,7 @@ def judge_warm_start(system, state):
         shots = [Observation("", images=(rng.integers(0, 255, (360, 640, 3), np.uint8),)) for _ in range(2)]
         steps = (ExpertStep(shots[0], action, shots[1]),)
         examples += sft.reward_sft_examples(system.samplers["reward"].tokenizer, system.scenario.prompts, task,
-                                            [LabelledStep(steps, label)])
+                                            [LabelledStep(steps, label)], system.samplers["reward"].image_inputs)
     assert all(len(ex.images) == 2 for ex in examples)
     cfg = dataclasses.replace(system.cfg.warm_start, learning_rate=3e-3, batch_size=2)
     reward = warm_start.train_supervised(system.learners["reward"], state.reward, examples, cfg, 30, 0, "reward",
