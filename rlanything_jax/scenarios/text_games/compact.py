@@ -150,3 +150,25 @@ class CompactChoicePrompts(CompactPrompts):
         reward model's warm start may take one) is written out, as the parser's fallback reads it."""
         listed = listed_commands(observation)
         return str(listed.index(action) + 1) if action in listed else action
+
+
+NUMBERED_CHOICE_INSTRUCTION = "You play a text game. Reply with only the number of the command you take."
+NUMBERED_JUDGE_INSTRUCTION = ("Judge the action of a text-game player. Reply \\boxed{1} if it brings the goal "
+                              "closer, else \\boxed{-1}.")
+
+
+@dataclasses.dataclass(frozen=True)
+class NumberedChoicePrompts(CompactChoicePrompts):
+    """`compact_choice` for pretrained instruct models (`prompt_style="numbered_choice"`): the same game text,
+    numbered commands and one-number answers, with a one-line instruction at the start of the game and of
+    each judgment (an instruct model told nothing writes a story instead of a number)."""
+
+    name: str = "numbered_choice"
+
+    def initial_messages(self, task: Task, observation: Observation) -> list[Message]:
+        del task
+        return [{"role": "user", "content": f"{NUMBERED_CHOICE_INSTRUCTION}\n\n{self._game_with_choices(observation)}"}]
+
+    def judge_messages(self, task: Task, episode: Episode, step_index: int) -> list[Message]:
+        message = super().judge_messages(task, episode, step_index)[0]
+        return [{"role": "user", "content": f"{NUMBERED_JUDGE_INSTRUCTION}\n\n{message['content']}"}]

@@ -16,12 +16,13 @@ from typing import Any
 from rlanything_jax import validation
 from rlanything_jax.agents.scenario import GeneratorContext, TaskCounts, TaskSets
 from rlanything_jax.envs.base import Task
-from rlanything_jax.scenarios.text_games.compact import CompactChoicePrompts, CompactPrompts
+from rlanything_jax.scenarios.text_games.compact import CompactChoicePrompts, CompactPrompts, NumberedChoicePrompts
 from rlanything_jax.scenarios.text_games.expert import EXPERT_KINDS, TextGameExpert
 from rlanything_jax.scenarios.text_games.reference import DialoguePrompts, ReferencePrompts
 
 PROMPT_STYLES = {"reference": ReferencePrompts, "dialogue": DialoguePrompts, "compact": CompactPrompts,
-                 "compact_choice": CompactChoicePrompts}
+                 "compact_choice": CompactChoicePrompts,
+                 "numbered_choice": NumberedChoicePrompts}
 EVAL_SEED_OFFSET = 1_000_000        # held-out games use seeds no training game uses
 WARM_START_SEED_OFFSET = 2_000_000  # so do the expert games of the warm start
 
@@ -35,7 +36,8 @@ class TextGameOptions:
     # "reference" (the reference's prompts, for instruct models: each turn's prompt rebuilt from the whole
     # trajectory), "dialogue" (the same as a growing chat whose KV cache carries over: short-answer runs),
     # "compact" (game text in, command out) or "compact_choice" (game text + numbered commands in, a number
-    # out): the compact styles are for small models built from scratch.
+    # out): the compact styles are for small models built from scratch; "numbered_choice" is compact_choice
+    # with a one-line instruction, for small pretrained instruct models (configs/learn.py).
     prompt_style: str = "reference"
     # The warm start's demonstrations: the expert's "walkthrough" (it knows where everything is), or
     # "search": it first visits a random number of other receptacles, as an agent that does not know would.

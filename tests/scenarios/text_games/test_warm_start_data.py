@@ -10,10 +10,18 @@ from rlanything_jax.envs.base import Observation, make_env
 from rlanything_jax.scenarios.alfworld import env as alfworld
 from rlanything_jax.scenarios.alfworld.knobs import GameKnobs
 from rlanything_jax.scenarios.text_games import expert as text_expert
-from rlanything_jax.scenarios.text_games.compact import CompactChoicePrompts, CompactPrompts, closest_action, game_text
+from rlanything_jax.scenarios.text_games.compact import (
+    NUMBERED_CHOICE_INSTRUCTION,
+    NUMBERED_JUDGE_INSTRUCTION,
+    CompactChoicePrompts,
+    CompactPrompts,
+    NumberedChoicePrompts,
+    closest_action,
+    game_text,
+)
 from rlanything_jax.scenarios.text_games.reference import DialoguePrompts, ReferencePrompts
 
-SCENARIOS = [ReferencePrompts(), DialoguePrompts(), CompactPrompts(), CompactChoicePrompts()]
+SCENARIOS = [ReferencePrompts(), DialoguePrompts(), CompactPrompts(), CompactChoicePrompts(), NumberedChoicePrompts()]
 
 
 def _ids(scenario):
@@ -173,6 +181,22 @@ def test_choice_prompt_numbers_the_state_changing_commands_and_parses_hostile_an
     assert parsed("-1")[1] == "ok" and parsed("-1")[0] == "go to bed 1"   # the first number is "1"
     assert parsed("\x00" * 10_000 + "rm -rf /")[0] in obs.admissible_actions
     assert scenario.parse_action("1", Observation("x", ())).status == "no_actions"
+
+
+def test_numbered_choice_prompt_tells_an_instruct_model_to_answer_with_a_number(expert_game):
+    task, steps, _ = expert_game
+    compact, numbered = CompactChoicePrompts(), NumberedChoicePrompts()
+    first = numbered.initial_messages(task, steps[0].observation)[0]["content"]
+    plain = compact.initial_messages(task, steps[0].observation)[0]["content"]
+    assert first == f"{NUMBERED_CHOICE_INSTRUCTION}\n\n{plain}"
+    episode = Episode(task, 0)
+    # Later turns are the game's text and choices only: the instruction is said once, at the start of the chat.
+    assert numbered.turn_message(episode, steps[1].observation) == compact.turn_message(episode, steps[1].observation)
+    assert numbered.parse_action("2", steps[1].observation) == compact.parse_action("2", steps[1].observation)
+    judged = sft.expert_episode(task, steps, numbered)
+    judge = numbered.judge_messages(task, judged, 2)[0]["content"]
+    assert judge == f"{NUMBERED_JUDGE_INSTRUCTION}\n\n" + compact.judge_messages(task, judged, 2)[0]["content"]
+    assert "\\boxed{1}" in judge and "\\boxed{-1}" in judge   # the format the judgment parser reads
 
 
 def test_search_labels_reward_visiting_unseen_receptacles_until_the_object_is_found():
