@@ -27,9 +27,9 @@ from rlanything_jax.envs.base import Env, Task
 from rlanything_jax.loop import LoopSettings
 from rlanything_jax.models import load_pretrained
 from rlanything_jax.models.attention_kernels import resolve_attention
-from rlanything_jax.models.qwen3_vl.scratch import build_scratch_vl_model_dir
+from rlanything_jax.models.families import build_scratch_model
 from rlanything_jax.models.registry import resolve_model_dir
-from rlanything_jax.models.scratch import CHATML_TEMPLATE, build_scratch_model_dir
+from rlanything_jax.models.scratch import CHATML_TEMPLATE
 from rlanything_jax.models.tokenizer import Tokenizer
 from rlanything_jax.reward_models import RewardModelRole, make_role
 from rlanything_jax.rl.phase import Learner
@@ -109,11 +109,10 @@ def model_dir(cfg: RunConfig, role: str, workdir: Path, corpus_fn) -> Path:
     # Process 0 builds it (the others wait): save_pretrained writes from process 0 only. Built aside and
     # renamed into place, so that a run killed mid-build leaves no half model behind.
     if multihost.is_primary() and not (out / "config.json").is_file():
-        build = build_scratch_vl_model_dir if path == SCRATCH_VL else build_scratch_model_dir
         scratch = out.with_name(f".{out.name}.building")
         shutil.rmtree(scratch, ignore_errors=True)
         shutil.rmtree(out, ignore_errors=True)
-        build(scratch, corpus_fn(), cfg.model.scratch, seed=derive_seed(cfg.seed, "scratch", role))
+        build_scratch_model(path, scratch, corpus_fn(), cfg.model.scratch, seed=derive_seed(cfg.seed, "scratch", role))
         os.rename(scratch, out)
     multihost.barrier(f"scratch model {role}")
     return out

@@ -73,3 +73,15 @@ def test_the_core_imports_nothing_above_it():
     upward = sorted(f"{name} -> {target}" for name, targets in graph.items() if _layer(name) in CORE
                     for target in targets if _layer(target) in ABOVE_CORE)
     assert not upward, "\n".join(upward)
+
+
+def test_a_model_family_is_reached_only_through_the_model_registry():
+    """Outside `models/`, no module imports a family's package (models/qwen3_vl): the registry
+    (models/families.py) is the one door, so a new family is a new package."""
+    graph = _graph()
+    family = f"{PACKAGE}.models.qwen3_vl"
+    reached = sorted(f"{name} -> {target}" for name, targets in graph.items()
+                     if not name.startswith(f"{PACKAGE}.models.") for target in targets
+                     if target == family or target.startswith(family + "."))
+    assert not reached, "\n".join(reached)
+    assert any(t.startswith(family) for t in graph[f"{PACKAGE}.models.families"])   # the door exists

@@ -9,12 +9,14 @@ way: this module -> each family's package -> `models.hf_checkpoint`; `hf_io` -> 
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from pathlib import Path
+from typing import Any, Callable, Iterable
 
 from rlanything_jax.models.decoder_family import DECODER
 from rlanything_jax.models.family import ModelFamily
 from rlanything_jax.models.qwen3_vl.family import QWEN3_VL, scratch_vl_config
-from rlanything_jax.models.scratch import ScratchArchitecture, decoder_config
+from rlanything_jax.models.qwen3_vl.scratch import build_scratch_vl_model_dir
+from rlanything_jax.models.scratch import ScratchArchitecture, build_scratch_model_dir, decoder_config
 
 _FAMILIES: dict[str, ModelFamily] = {"qwen3_vl": QWEN3_VL}
 
@@ -23,6 +25,19 @@ SCRATCH_MODELS: dict[str, tuple[ModelFamily, Callable[[ScratchArchitecture], Any
     "scratch": (DECODER, lambda arch: decoder_config(arch, arch.vocab_size)),
     "scratch_vl": (QWEN3_VL, scratch_vl_config),
 }
+# ... and what builds its directory (a tokenizer fitted to a corpus, random weights): (out, corpus, arch, seed=).
+_SCRATCH_BUILDERS: dict[str, Callable[..., Path]] = {
+    "scratch": build_scratch_model_dir,
+    "scratch_vl": build_scratch_vl_model_dir,
+}
+
+
+def build_scratch_model(path: str, out: str | Path, corpus: Iterable[str], arch: ScratchArchitecture,
+                        seed: int = 0) -> Path:
+    """Builds the small random model a config's model path `path` ("scratch", "scratch_vl") names in `out`."""
+    if path not in _SCRATCH_BUILDERS:
+        raise ValueError(f"unknown scratch model {path!r}; known: {', '.join(sorted(_SCRATCH_BUILDERS))}")
+    return _SCRATCH_BUILDERS[path](out, corpus, arch, seed=seed)
 
 
 def register_family(model_type: str, family: ModelFamily) -> None:

@@ -9,10 +9,10 @@ import jax
 import jax.numpy as jnp
 
 from rlanything_jax.interfaces import ModelInputs
+from rlanything_jax.models.image_sizes import smart_resize
 from rlanything_jax.models.qwen3_vl.config import Qwen3VLConfig
 from rlanything_jax.models.qwen3_vl.images import RowImages, prompt_bucket
 from rlanything_jax.models.qwen3_vl.patches import PatchLayout, bucket_patches
-from rlanything_jax.models.qwen3_vl.processor import smart_resize
 
 sds = jax.ShapeDtypeStruct
 

@@ -9,11 +9,12 @@ model inputs as transformers' processor.
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Sequence
 
 import numpy as np
 from PIL import Image
+
+from rlanything_jax.models.image_sizes import smart_resize
 
 VISION_START = "<|vision_start|>"
 VISION_END = "<|vision_end|>"
@@ -35,26 +36,6 @@ class ImageProcessorConfig:
     @property
     def factor(self) -> int:
         return self.patch_size * self.merge_size
-
-
-def smart_resize(height: int, width: int, factor: int = 32, min_pixels: int = 65536,
-                 max_pixels: int = 16777216) -> tuple[int, int]:
-    """The (height, width) nearest the image's that are multiples of `factor` with a pixel count in
-    [min_pixels, max_pixels], keeping the aspect ratio as far as rounding allows."""
-    aspect = max(height, width) / min(height, width)
-    if aspect > 200:
-        raise ValueError(f"absolute aspect ratio must be smaller than 200, got {aspect}")
-    resized_h = round(height / factor) * factor
-    resized_w = round(width / factor) * factor
-    if resized_h * resized_w > max_pixels:
-        beta = math.sqrt((height * width) / max_pixels)
-        resized_h = max(factor, math.floor(height / beta / factor) * factor)
-        resized_w = max(factor, math.floor(width / beta / factor) * factor)
-    elif resized_h * resized_w < min_pixels:
-        beta = math.sqrt(min_pixels / (height * width))
-        resized_h = math.ceil(height * beta / factor) * factor
-        resized_w = math.ceil(width * beta / factor) * factor
-    return resized_h, resized_w
 
 
 def _to_rgb(image: Image.Image | np.ndarray) -> Image.Image:

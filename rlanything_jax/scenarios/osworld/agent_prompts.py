@@ -24,7 +24,7 @@ import numpy as np
 
 from rlanything_jax.agents.trajectory import Episode, ParsedAction
 from rlanything_jax.envs.base import Observation, Task
-from rlanything_jax.models.qwen3_vl.processor import smart_resize
+from rlanything_jax.models.image_sizes import smart_resize
 from rlanything_jax.scenarios.osworld.actions import DONE, FAIL, WAIT, parse_computer_use
 from rlanything_jax.scenarios.osworld.episodes import tool_call_text
 

@@ -46,13 +46,18 @@ def test_several_images_and_rgba_equal_transformers(count):
 def test_smart_resize_equals_transformers_and_refuses_extreme_aspect_ratios():
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize
 
-    assert processor.smart_resize(1080, 1920) == (1088, 1920)   # a screenshot: 68 x 120 patches
+    from rlanything_jax.models import image_sizes
+
+    assert image_sizes.smart_resize(1080, 1920) == (1088, 1920)   # a screenshot: 68 x 120 patches
     for height, width in [(1080, 1920), (10, 10), (5000, 4000), (33, 6000), (777, 91)]:
         for max_pixels in (16 * 16 * 4 * 1280, 16777216):
-            assert processor.smart_resize(height, width, max_pixels=max_pixels) == smart_resize(
+            assert image_sizes.smart_resize(height, width, max_pixels=max_pixels) == smart_resize(
                 height, width, factor=32, min_pixels=65536, max_pixels=max_pixels)
+        for factor in (28, 32):   # Qwen2.5-VL's patch grid, and the desktop agent's
+            assert image_sizes.smart_resize(height, width, factor=factor, min_pixels=factor ** 2) == smart_resize(
+                height, width, factor=factor, min_pixels=factor ** 2, max_pixels=16777216)
     with pytest.raises(ValueError, match="aspect ratio"):
-        processor.smart_resize(10, 2500)
+        image_sizes.smart_resize(10, 2500)
 
 
 def _tiny_reference_model():
