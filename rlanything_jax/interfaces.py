@@ -85,14 +85,17 @@ class CausalLM(Protocol):
     dtype: Any   # the compute dtype of activations and cached keys and values
 
     def run_layers(self, input_ids: jax.Array, positions: jax.Array, attend: AttendFn, carry: Any,
-                   last: int | None = None, inputs: ModelInputs | None = None) -> tuple[jax.Array, Any]:
+                   last: int | None = None, inputs: ModelInputs | None = None,
+                   remat: str = "none") -> tuple[jax.Array, Any]:
         """Embeds `input_ids` [B, T] at `positions` [B, T], runs every layer with `attend` threading `carry`,
         and returns the final-norm hidden states [B, T, embed] (the last `last` positions only, when given)."""
 
     def hidden_states(self, input_ids: jax.Array, attention_mask: jax.Array | None = None,
                       positions: jax.Array | None = None, last: int | None = None,
-                      inputs: ModelInputs | None = None) -> jax.Array:
-        """Final-norm hidden states of a (left-padded) batch with causal attention over itself."""
+                      inputs: ModelInputs | None = None, remat: str = "none") -> jax.Array:
+        """Final-norm hidden states of a (left-padded) batch with causal attention over itself. `remat`: the
+        layers' activation checkpointing under differentiation (the train config's `remat`; a model may
+        ignore it, at the cost of memory)."""
 
     def logits(self, hidden: jax.Array) -> jax.Array:
         """float32 [..., vocab] logits of hidden states."""
@@ -107,7 +110,7 @@ class SharedPrefixLM(CausalLM, Protocol):
 
     def hidden_states_after_prefixes(self, prefix_ids: jax.Array, prefix_mask: jax.Array, prefix_index: jax.Array,
                                      input_ids: jax.Array, attention_mask: jax.Array,
-                                     last: int | None = None) -> jax.Array: ...
+                                     last: int | None = None, remat: str = "none") -> jax.Array: ...
 
 
 class ImageInputs(Protocol):

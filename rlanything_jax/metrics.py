@@ -73,6 +73,25 @@ class NullMetricsWriter:
         pass
 
 
+def process_memory() -> dict[str, float]:
+    """This process's host memory in GiB: resident now and its peak so far (Linux), and the bytes of the JAX
+    arrays alive on its devices. A resident size that climbs while the arrays stay level is memory outside
+    them (compiled programs, the host allocator), not arrays kept alive."""
+    import resource
+
+    import jax
+
+    out = {"memory/live_arrays_gib": sum(a.nbytes for a in jax.live_arrays()) / 2**30,
+           # ru_maxrss is in KiB on Linux
+           "memory/host_peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+        out["memory/host_rss_gib"] = pages * resource.getpagesize() / 2**30
+    except (OSError, ValueError, IndexError):   # not Linux: the peak only
+        pass
+    return out
+
+
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     lines = []
     for raw in Path(path).read_text().splitlines():

@@ -33,7 +33,14 @@ from rlanything_jax.envs.base import make_env
 from rlanything_jax.envs.runner import EnvRunner
 from rlanything_jax.envs.shared_runner import ProcessShardedRunner
 from rlanything_jax.loop import LoopSettings, Services, SystemState, rl_step
-from rlanything_jax.metrics import MetricsWriter, NullMetricsWriter, format_step_line, plot_curves, read_metrics
+from rlanything_jax.metrics import (
+    MetricsWriter,
+    NullMetricsWriter,
+    format_step_line,
+    plot_curves,
+    process_memory,
+    read_metrics,
+)
 from rlanything_jax.models import lora
 from rlanything_jax.reward_models import RewardModel
 from rlanything_jax.rl.phase import Learner
@@ -290,6 +297,7 @@ def run_loop(system: System, state: SystemState, checkpointer: SystemCheckpointe
         state, metrics = rl_step(state, system.services, system.settings)
         for role, sampler in system.samplers.items():
             metrics[f"sampler/{role}_compilations"] = sum(sampler.compilations.values())  # so far, in this process
+        metrics.update(process_memory())   # after the step's updates: what the next step starts from
         metrics.update(system.probe())
         if state.step % loop.eval_every == 0 or state.step == loop.total_steps:
             metrics.update(_evaluate(system))

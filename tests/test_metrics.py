@@ -108,3 +108,20 @@ def test_step_line():
     # A reward model that writes unit tests reports their accuracy instead.
     text = format_step_line(1, 2, {"reward_model/unit_test_accuracy": 0.25, "reward_model/unit_test_valid": 0.5})
     assert "rm test acc 0.25 (valid 0.50)" in text and "rm step acc" not in text
+
+
+def test_process_memory_counts_live_arrays_and_resident_memory():
+    import jax.numpy as jnp
+
+    from rlanything_jax.metrics import process_memory
+
+    before = process_memory()
+    held = jnp.ones((64, 1 << 18), jnp.float32)   # 64 MiB on the device (the host, on CPU)
+    held.block_until_ready()
+    after = process_memory()
+    assert after["memory/live_arrays_gib"] - before["memory/live_arrays_gib"] >= 64 / 1024 - 1e-9
+    # On CPU the device buffers are host memory: the resident size holds them, the peak is at least it.
+    assert after["memory/host_rss_gib"] >= after["memory/live_arrays_gib"]
+    assert after["memory/host_peak_rss_gib"] >= after["memory/host_rss_gib"] - 1e-3
+    del held
+    assert process_memory()["memory/live_arrays_gib"] <= after["memory/live_arrays_gib"] - 64 / 1024 + 1e-9

@@ -42,8 +42,8 @@ pytestmark = pytest.mark.slow
 # near zero, and the warm start's is 1e-2: final parameters agree to 2e-5 (policy) and 1.6e-4 (reward
 # model) on 2 x 4 against 1 x 8.
 _METRIC_RTOL = 1e-4
-# Seconds, and compilations so far in this process (a resumed process compiles only what it runs).
-_PER_SESSION = ("time/", "sampler/")
+# Seconds, compilations so far in this process (a resumed process compiles only what it runs), its memory.
+_PER_SESSION = ("time/", "sampler/", "memory/")
 _PARAM_ATOL = 1e-3
 
 

@@ -46,7 +46,8 @@ class ToyLM(nnx.Module):
         self.qkv = nnx.Param(init(rngs.params(), (DIM, 3, DIM)), logical_axes=("embed", None, "head_dim"))
         self.out = nnx.Param(init(rngs.params(), (DIM, VOCAB)), logical_axes=("embed", "vocab"))
 
-    def run_layers(self, input_ids, positions, attend, carry, last=None, inputs: ModelInputs | None = None):
+    def run_layers(self, input_ids, positions, attend, carry, last=None, inputs: ModelInputs | None = None,
+                   remat="none"):   # one layer: nothing to checkpoint
         return self.run_embedded(self.embed[...][input_ids], positions, attend, carry, last)
 
     def run_embedded(self, x, positions, attend, carry, last=None):
@@ -57,7 +58,7 @@ class ToyLM(nnx.Module):
         attended, carry = attend(0, q, k, v, carry)
         return x + attended[:, :, 0, :], carry
 
-    def hidden_states(self, input_ids, attention_mask=None, positions=None, last=None, inputs=None):
+    def hidden_states(self, input_ids, attention_mask=None, positions=None, last=None, inputs=None, remat="none"):
         mask = jnp.ones(input_ids.shape, jnp.int32) if attention_mask is None else attention_mask
         if positions is None:
             positions = jnp.maximum(jnp.cumsum(mask, axis=-1) - 1, 0)
@@ -66,7 +67,7 @@ class ToyLM(nnx.Module):
         def attend(layer, q, k, v, carry):
             return grouped_query_attention(q, k, v, causal[:, causal.shape[1] - q.shape[1]:]), carry
 
-        return self.run_layers(input_ids, positions, attend, None, last, inputs)[0]
+        return self.run_layers(input_ids, positions, attend, None, last, inputs, remat)[0]
 
     def logits(self, hidden):
         return jnp.einsum("btd,dv->btv", hidden, self.out[...]).astype(jnp.float32)

@@ -85,7 +85,7 @@ class ToyVLM(ToyLM):
             return row_inputs
         return {"features": jax.lax.stop_gradient(self.encode_image(row_inputs["pixels"]))}
 
-    def run_layers(self, input_ids, positions, attend, carry, last=None, inputs=None):
+    def run_layers(self, input_ids, positions, attend, carry, last=None, inputs=None, remat="none"):
         x = self.embed[...][input_ids]
         if inputs is not None and inputs.embeddings is not None:   # the pads take their images' embeddings
             x = jnp.where(inputs.placeholder[..., None], _in_order(inputs.embeddings, inputs.placeholder), x)

@@ -178,8 +178,6 @@ class Decoder(nnx.Module):
         self.dtype = dtype
         # A static attribute: part of the graphdef, so the sampler's and the train step's programs see it.
         self.attention_kernel = attention if attention is not None else resolve_attention()
-        # A key of REMAT_POLICIES; the train step sets it on the model it merges (rl/train_step.token_logprobs).
-        self.remat = "none"
         # Scale 1/sqrt(hidden): a tied output layer then starts with unit-scale logits.
         self.embed = nnx.Param(_init(rngs, (cfg.vocab_size, cfg.hidden_size), param_dtype, cfg.hidden_size),
                                logical_axes=("vocab", "embed"))
@@ -209,9 +207,10 @@ class Decoder(nnx.Module):
 
     def hidden_states(self, input_ids: jax.Array, attention_mask: jax.Array | None = None,
                       positions: jax.Array | None = None, last: int | None = None,
-                      inputs: ModelInputs | None = None) -> jax.Array:
+                      inputs: ModelInputs | None = None, remat: str = "none") -> jax.Array:
         """Final-norm hidden states [B, T, embed] for a (possibly left-padded) batch; with `last`, those of
-        the last `last` positions only [B, last, embed], whose final layer then runs on them alone."""
+        the last `last` positions only [B, last, embed], whose final layer then runs on them alone. `remat`:
+        each layer's activation checkpointing under differentiation (a key of REMAT_POLICIES)."""
         if attention_mask is None:
             attention_mask = jnp.ones(input_ids.shape, jnp.int32)
         if positions is None:
@@ -221,12 +220,12 @@ class Decoder(nnx.Module):
         def attend(layer_index, q, k, v, carry):   # the queries are the last q.shape[1] positions
             return causal_attention(q, k, v, key_valid, k.shape[1] - q.shape[1], kernel), carry
 
-        hidden, _ = self.run_layers(input_ids, positions, attend, None, last, inputs)
+        hidden, _ = self.run_layers(input_ids, positions, attend, None, last, inputs, remat)
         return hidden
 
     def hidden_states_after_prefixes(self, prefix_ids: jax.Array, prefix_mask: jax.Array, prefix_index: jax.Array,
                                      input_ids: jax.Array, attention_mask: jax.Array,
-                                     last: int | None = None) -> jax.Array:
+                                     last: int | None = None, remat: str = "none") -> jax.Array:
         """Hidden states of rows that continue shared prefixes: row i is prefix `prefix_index[i]` followed
         by `input_ids[i]`. Each prefix runs once, however many rows continue it (a group of rollouts of
         one prompt), and the rows attend to its keys and values. Prefixes [P, Lp] are left-padded, rows
@@ -257,34 +256,36 @@ class Decoder(nnx.Module):
             prefix_x, x = xs
             final = self.is_final_layer(index)
             # The final layer needs only the prefixes' keys and values: one query keeps its shapes valid.
-            prefix_x, prefix_kv = call_layer(layer, self.remat, prefix_x, prefix_cos, prefix_sin, index,
+            prefix_x, prefix_kv = call_layer(layer, remat, prefix_x, prefix_cos, prefix_sin, index,
                                              attend_prefix, None, 1 if final else None)
-            x, _ = call_layer(layer, self.remat, x, cos, sin, index, attend_rows, prefix_kv, last if final else None)
+            x, _ = call_layer(layer, remat, x, cos, sin, index, attend_rows, prefix_kv, last if final else None)
             return prefix_x, x
 
         _, x = self.for_each_layer(step, (self.embed_tokens(prefix_ids), self.embed_tokens(input_ids)))
         return self.final_norm(self.keep_last(x, last))
 
-    def run_layers(self, input_ids: jax.Array, positions: jax.Array, attend: AttendFn,
-                   carry: Any, last: int | None = None, inputs: ModelInputs | None = None) -> tuple[jax.Array, Any]:
+    def run_layers(self, input_ids: jax.Array, positions: jax.Array, attend: AttendFn, carry: Any,
+                   last: int | None = None, inputs: ModelInputs | None = None,
+                   remat: str = "none") -> tuple[jax.Array, Any]:
         """Embeds, runs every layer with `attend` threading `carry`, and applies the final norm.
         With `last`, the final layer computes (and returns) the last `last` positions only."""
         _check_last(last, input_ids.shape[1])
         if inputs is not None and (inputs.embeddings is not None or inputs.position_ids is not None):
             raise ValueError("Decoder is a text-only model: it takes no image embeddings or multi-axis positions")
         cos, sin = self.rope(positions)
-        return self.run_embedded(self.embed_tokens(input_ids), cos, sin, attend, carry, last)
+        return self.run_embedded(self.embed_tokens(input_ids), cos, sin, attend, carry, last, remat=remat)
 
     def run_embedded(self, x: jax.Array, cos: jax.Array, sin: jax.Array, attend: AttendFn, carry: Any,
                      last: int | None = None,
-                     after_layer: Callable[[int, jax.Array], jax.Array] | None = None) -> tuple[jax.Array, Any]:
+                     after_layer: Callable[[int, jax.Array], jax.Array] | None = None,
+                     remat: str = "none") -> tuple[jax.Array, Any]:
         """`run_layers` from embeddings x [B, T, embed] and rotary tables cos, sin [B, T, head_dim]:
         the entry for models built on this decoder (Qwen3-VL scatters image embeddings into x, rotates by
         M-RoPE and adds DeepStack features to the first layers' outputs through `after_layer(index, x)`)."""
         def step(layer, index, state):
             x, carry = state
             window = last if self.is_final_layer(index) else None
-            x, carry = call_layer(layer, self.remat, x, cos, sin, index, attend, carry, window)
+            x, carry = call_layer(layer, remat, x, cos, sin, index, attend, carry, window)
             return (after_layer(index, x) if after_layer is not None else x), carry
 
         x, carry = self.for_each_layer(step, (x, carry))

@@ -72,7 +72,7 @@ def token_logprobs(graphdef: nnx.GraphDef, params: nnx.State | tuple[nnx.State, 
                    images: TrainBatch | None = None, remat: str = "none") -> jax.Array:
     """log p(targets[:, j] | tokens up to position L - W + j), float32 [N, W], for input_ids [N, L] and
     targets [N, W] with W <= L: the targets cover the last W positions (all of them when W = L).
-    `remat` checkpoints each decoder layer under that policy (a model built on `models.Decoder`).
+    `remat` checkpoints each layer under that policy (an argument of the model's `hidden_states`).
     `params` may be a tuple of states that together make the model (LoRA: the frozen base and the adapters).
 
     The output layer and the last decoder layer run on those W positions only: responses sit
@@ -83,17 +83,15 @@ def token_logprobs(graphdef: nnx.GraphDef, params: nnx.State | tuple[nnx.State, 
     if window > input_ids.shape[1]:
         raise ValueError(f"targets cover {window} positions but the rows have {input_ids.shape[1]}")
     model = nnx.merge(graphdef, *params) if isinstance(params, tuple) else nnx.merge(graphdef, params)
-    if remat != "none":
-        model.remat = remat   # a fresh module of this trace: the graphdef itself is left as it is
     if images is not None and images.model_inputs is not None:   # a vision-language batch
         if prefixes is not None:
             raise ValueError("shared prefixes are not supported for rows with images")
         inputs = model.batch_model_inputs(input_ids, images.model_inputs, remat)
-        hidden = model.hidden_states(input_ids, attention_mask, last=window, inputs=inputs)
+        hidden = model.hidden_states(input_ids, attention_mask, last=window, inputs=inputs, remat=remat)
     elif prefixes is None:
-        hidden = model.hidden_states(input_ids, attention_mask, last=window)
+        hidden = model.hidden_states(input_ids, attention_mask, last=window, remat=remat)
     else:  # (prefix_ids, prefix_mask, prefix_index): the rows continue shared prefixes
-        hidden = model.hidden_states_after_prefixes(*prefixes, input_ids, attention_mask, last=window)
+        hidden = model.hidden_states_after_prefixes(*prefixes, input_ids, attention_mask, last=window, remat=remat)
     return model.target_logprobs(hidden, targets)
 
 

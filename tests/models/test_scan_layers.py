@@ -230,8 +230,7 @@ def test_a_scanned_vision_tower_gives_the_same_features_and_gradients():
 
         def loss(params, graphdef=graphdef):
             model = nnx.merge(graphdef, params)
-            model.remat = "full"
-            embeddings, deepstack = model(pixels, layout)
+            embeddings, deepstack = model(pixels, layout, "full")
             return jnp.sum(embeddings ** 2) + jnp.sum(jnp.sin(deepstack)), (embeddings, deepstack)
 
         (_, features), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params)

@@ -83,8 +83,7 @@ def test_the_vision_tower_is_checkpointed_too():
 
     def loss(params, remat):
         tower = nnx.merge(graphdef, params)
-        tower.remat = remat
-        embeddings, deepstack = tower(pixels, layout)
+        embeddings, deepstack = tower(pixels, layout, remat)
         return jnp.sum(embeddings ** 2) + jnp.sum(jnp.sin(deepstack))
 
     results = {remat: jax.value_and_grad(loss)(params, remat) for remat in ("none", "full")}

@@ -93,7 +93,8 @@ class Qwen3VL(Decoder):
         return embeddings[:tokens], deepstack[:, :tokens]
 
     def run_layers(self, input_ids: jax.Array, positions: jax.Array, attend: AttendFn, carry: Any,
-                   last: int | None = None, inputs: ModelInputs | None = None) -> tuple[jax.Array, Any]:
+                   last: int | None = None, inputs: ModelInputs | None = None,
+                   remat: str = "none") -> tuple[jax.Array, Any]:
         _check_last(last, input_ids.shape[1])
         inputs = inputs if inputs is not None else ModelInputs()
         x = self.embed_tokens(input_ids)
@@ -123,7 +124,7 @@ class Qwen3VL(Decoder):
                     added = jnp.where(index < levels, added, jnp.zeros_like(added))
                 return hidden + added[:, x.shape[1] - hidden.shape[1]:]
 
-        return self.run_embedded(x, cos, sin, attend, carry, last, after_layer)
+        return self.run_embedded(x, cos, sin, attend, carry, last, after_layer, remat)
 
     # The `interfaces.VisionLM` side: host-side image handling, the vision parameters, and the traced parts.
     vision_params = ("visual",)
@@ -162,8 +163,7 @@ class Qwen3VL(Decoder):
         rows, size = pixel_values.shape[:2]
         flat = pixel_values.reshape(rows * size, -1).astype(self.dtype)
         flat_layout = jax.tree.map(lambda a: jnp.reshape(a, (rows * size,) + a.shape[2:]), layout)
-        self.visual.remat = remat   # this trace's own module: the graphdef is left as it is
-        image_embeddings, image_deepstack = self.visual(flat, flat_layout)
+        image_embeddings, image_deepstack = self.visual(flat, flat_layout, remat)
         # Each row's image tokens come first in its slice, in order: what the per-row scatter reads.
         embeddings = image_embeddings.reshape(rows, -1, image_embeddings.shape[-1])
         deepstack = image_deepstack.reshape(image_deepstack.shape[0], rows, -1, image_deepstack.shape[-1])

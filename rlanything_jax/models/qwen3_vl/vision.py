@@ -280,7 +280,6 @@ class VisionTower(nnx.Module):
         dims = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         self.config = cfg
         self.dtype = dtype
-        self.remat = "none"   # each block's activation checkpointing in a train step (decoder.REMAT_POLICIES)
         # The checkpoint's Conv3d has kernel = stride = (time, patch, patch): a linear map of each row.
         self.patch_embed = Projection((cfg.patch_dim,), (cfg.hidden_size,), in_axes=(None,), out_axes=("embed",),
                                       use_bias=True, **dims)
@@ -298,10 +297,12 @@ class VisionTower(nnx.Module):
         self.deepstack_mergers = nnx.List([PatchMerger(cfg, postshuffle=True, **dims)
                                            for _ in cfg.deepstack_visual_indexes])
 
-    def __call__(self, pixel_values: jax.Array, layout: PatchLayout | Sequence[Grid]) -> tuple[jax.Array, jax.Array]:
+    def __call__(self, pixel_values: jax.Array, layout: PatchLayout | Sequence[Grid],
+                 remat: str = "none") -> tuple[jax.Array, jax.Array]:
         """`layout`: the grids of the images in `pixel_values` (host data, exact shapes) or their `PatchLayout`
         (arrays, possibly traced, padded to pixel_values' rows: the program then depends on the row count
-        only). Outputs keep one row per merge² patches, padding included."""
+        only). Outputs keep one row per merge² patches, padding included. `remat`: each block's activation
+        checkpointing under differentiation (a key of decoder.REMAT_POLICIES)."""
         cfg = self.config
         if not isinstance(layout, PatchLayout):
             layout = self.layout(layout)
@@ -311,7 +312,7 @@ class VisionTower(nnx.Module):
         x = self.patch_embed(pixel_values) + position.astype(self.dtype)
         cos, sin = vision_rope(layout.coords, cfg.head_dim, cfg.rope_theta)
         def block_call(block, x):
-            return remat_call(block, self.remat, lambda b, *a: b(*a), x, cos, sin, layout.segments, layout.valid)
+            return remat_call(block, remat, lambda b, *a: b(*a), x, cos, sin, layout.segments, layout.valid)
 
         taps = cfg.deepstack_visual_indexes
         if self.scan_blocks:   # the tapped blocks' outputs are kept in the carry, merged after the scan
