@@ -16,7 +16,7 @@ import dataclasses
 import math
 import threading
 import time
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -25,6 +25,7 @@ from rlanything_jax.agents.judging import JudgeConfig
 from rlanything_jax.agents.rollout import RolloutConfig
 from rlanything_jax.agents.scenario import Scenario
 from rlanything_jax.agents.trajectory import Episode, JudgedEpisode, StepRecord
+from rlanything_jax.counts import Counts
 from rlanything_jax.envs.base import TASK_GROUP, Task, make_env
 from rlanything_jax.loop import Rollouts, StepLabeler, check_environment, episode_metrics
 from rlanything_jax.reward_models import RewardModel
@@ -143,14 +144,14 @@ def play_split(policy: Rollouts, tasks: Sequence[Task], rollout: RolloutConfig, 
                every_s: float = PROGRESS_EVERY_S) -> list[Episode]:
     """`rollout.group_size` episodes of every task, `tasks_per_call` tasks at a time (0: all): batches the
     size of a training step's reuse its compiled programs and bound the cache's memory."""
-    metrics: Counter = Counter()
     chunk = tasks_per_call or max(len(tasks), 1)
     progress = _Progress(log, label, len(tasks), every_s)
     episodes: list[Episode] = []
     try:
         for start in range(0, len(tasks), chunk):
             part = tasks[start:start + chunk]
-            episodes += policy.play(part, rollout, metrics)
+            played, _ = policy.play(part, rollout)   # an evaluation reports success, not rollout counts
+            episodes += played
             progress.advance(len(part))
     finally:
         progress.close()
@@ -173,8 +174,8 @@ class ExpertRollouts:
 
     scenario: Scenario
 
-    def play(self, tasks: Sequence[Task], config: RolloutConfig, metrics: Counter) -> list[Episode]:
-        return [expert_episode(self.scenario, task, g) for task in tasks for g in range(config.group_size)]
+    def play(self, tasks: Sequence[Task], config: RolloutConfig) -> tuple[list[Episode], Counts]:
+        return [expert_episode(self.scenario, task, g) for task in tasks for g in range(config.group_size)], {}
 
     def update_params(self, params) -> None:
         del params
@@ -216,7 +217,7 @@ def reward_model_report(episodes: Sequence[Episode], reward_model: RewardModel, 
     judgments and their step accuracy against the expert's labels, where it judges steps; its role's own
     figures (e.g. a unit-test writer's test accuracy and detection rate)."""
     played = [e for e in episodes if e.trainable]
-    judgments = reward_model.role.judge(reward_model.sampler, played, config, Counter())
+    judgments, _ = reward_model.role.judge(reward_model.sampler, played, config)
     judged = [JudgedEpisode(e, j) for e, j in zip(played, judgments.steps, strict=True)]
     figures = {k: v for k, v in episode_metrics(judged, step_labeler).items() if k.startswith("reward_model/")}
     return judged, {**figures, **reward_model.role.metrics(judgments)}

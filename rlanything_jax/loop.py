@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -26,6 +25,7 @@ from rlanything_jax.agents.examples import SignalConfig, policy_examples
 from rlanything_jax.agents.judging import JudgeConfig
 from rlanything_jax.agents.rollout_config import RolloutConfig
 from rlanything_jax.agents.trajectory import Episode, JudgedEpisode, group_by_task, task_accuracy
+from rlanything_jax.counts import Counts, add_counts
 from rlanything_jax.curriculum.adaptation import difficulty_direction
 from rlanything_jax.curriculum.generators import TaskGenerator, proposal_of, run_proposals
 from rlanything_jax.curriculum.task_pool import Candidate, TaskPool, propose, resolve_candidates, sample_step_tasks
@@ -42,15 +42,17 @@ from rlanything_jax.seeds import derive_rng, derive_seed
 class Rollouts(Protocol):
     """Plays episodes with the current policy (agents.rollout.RolloutEngine)."""
 
-    def play(self, tasks: Sequence[Task], config: RolloutConfig, metrics: Counter) -> list[Episode]: ...
+    def play(self, tasks: Sequence[Task], config: RolloutConfig) -> tuple[list[Episode], Counts]:
+        """The tasks' episodes, and what playing them counted (`rollout/...`, `episodes/...`, `time/rollout_*`)."""
 
     def update_params(self, params: Any) -> None: ...
 
 
 class Trainer(Protocol):
-    """One training phase of a model (rl.phase.Learner): examples -> a new train state and its metrics."""
+    """One training phase of a model (rl.phase.Learner): examples -> a new train state and the phase's metrics
+    (its counts, `<prefix>/updates` and `<prefix>_data/...`, among them)."""
 
-    def train(self, state: TrainState, examples: Sequence[Example], seed: int, metrics: Counter,
+    def train(self, state: TrainState, examples: Sequence[Example], seed: int,
               prefix: str) -> tuple[TrainState, dict[str, float]]: ...
 
 
@@ -106,15 +108,12 @@ class SystemState:
 def rl_step(state: SystemState, services: Services, settings: LoopSettings) -> tuple[SystemState, dict[str, float]]:
     started = time.perf_counter()
     step, seed = state.step + 1, services.seed
-    metrics: Counter = Counter()
-    phase = _PhaseClock(services.log, step, metrics)
-    generator_before = Counter(services.generator.metrics) if services.generator is not None else Counter()
+    phase = _PhaseClock(services.log, step)
     picked = sample_step_tasks(state.pool, settings.tasks_per_step, derive_rng(seed, "tasks", step))
     active = [state.pool.slots[i].active for i in picked.active]
     pending = [state.pool.slots[i].pending.task for i in picked.pending]
-    episodes = services.policy.play(active + pending,
-                                    dataclasses.replace(settings.rollout, seed=derive_seed(seed, "rollout", step)),
-                                    metrics)
+    episodes, rollout_counts = services.policy.play(
+        active + pending, dataclasses.replace(settings.rollout, seed=derive_seed(seed, "rollout", step)))
     check_environment(episodes, f"step {step}")
     failed = sum(e.env_error is not None for e in episodes)
     env_failures = f", {failed} failed in the environment" if failed else ""
@@ -123,9 +122,9 @@ def rl_step(state: SystemState, services: Services, settings: LoopSettings) -> t
 
     judge_config = dataclasses.replace(settings.judge, seed=derive_seed(seed, "judge", step))
     reward_model = services.reward_model if settings.use_reward_model else None
-    judgments = Judgments.none(len(episodes))
+    judgments, judge_counts = Judgments.none(len(episodes)), {}
     if reward_model is not None:
-        judgments = reward_model.role.judge(reward_model.sampler, episodes, judge_config, metrics)
+        judgments, judge_counts = reward_model.role.judge(reward_model.sampler, episodes, judge_config)
         phase.done(reward_model.role.phase, judgments.summary)
     judged_episodes = [JudgedEpisode(e, j) for e, j in zip(episodes, judgments.steps, strict=True)]
     if services.write_traces is not None:
@@ -139,39 +138,36 @@ def rl_step(state: SystemState, services: Services, settings: LoopSettings) -> t
     for task_id in rejected:  # a rejected candidate's rollouts are not trained on
         groups.pop(task_id, None)
     judgments = judgments.without(rejected)
+    adapt_counts: Counts = {}
     if settings.adapt_environment and services.generator is not None:
-        pool = _adapt(pool, picked.active, groups, accuracy, services.generator, settings, step, metrics)
+        pool, adapt_counts = _adapt(pool, picked.active, groups, accuracy, services.generator, settings, step)
         proposed = sum(s.pending is not None and s.pending.proposed_at == step for s in pool.slots)
         phase.done("adaptation", f"{proposed} rewrites proposed")
 
     bonus = reward_model.role.policy_bonus(judgments, settings.signal) if reward_model is not None else None
+    examples, policy_data_counts = policy_examples(groups, settings.signal, settings.pack_turns, bonus)
     policy_state, policy_metrics = services.policy_trainer.train(
-        state.policy, policy_examples(groups, settings.signal, metrics, settings.pack_turns, bonus),
-        derive_seed(seed, "policy_data", step), metrics, "policy")
-    phase.done("policy update", f"{int(metrics['policy/updates'])} updates")
-    reward_state, reward_metrics = state.reward, {}
+        state.policy, examples, derive_seed(seed, "policy_data", step), "policy")
+    phase.done("policy update", f"{int(policy_metrics['policy/updates'])} updates")
+    reward_state, reward_metrics, reward_data_counts = state.reward, {}, {}
     if settings.train_reward_model and reward_model is not None:
-        examples = reward_model.role.training_examples(judgments, groups, settings.signal, metrics)
+        examples, reward_data_counts = reward_model.role.training_examples(judgments, groups, settings.signal)
         reward_state, reward_metrics = services.reward_trainer.train(
-            state.reward, examples, derive_seed(seed, "reward_data", step), metrics, "reward_model")
-        phase.done("reward-model update", f"{int(metrics['reward_model/updates'])} updates")
+            state.reward, examples, derive_seed(seed, "reward_data", step), "reward_model")
+        phase.done("reward-model update", f"{int(reward_metrics['reward_model/updates'])} updates")
     services.policy.update_params(sampler_weights(policy_state))
     if services.reward_model is not None and services.reward_model.sampler is not None:
         services.reward_model.sampler.update_params(sampler_weights(reward_state))
 
     played = [j for judged in groups.values() for j in judged if j.episode.env_error is None]
-    report = dict(metrics)  # counts so far; the values below replace, never add
+    # The stages' counts add up; the values below replace, never add.
+    report: dict[str, float] = add_counts(rollout_counts, judge_counts, adapt_counts, policy_data_counts,
+                                          reward_data_counts, phase.seconds)
     report.update(policy_metrics)
     report.update(reward_metrics)
     report.update(episode_metrics(played, services.step_labeler))
     if reward_model is not None:
         report.update(reward_model.role.metrics(judgments))
-    if services.generator is not None:   # this step's counts: a resumed run reports what an uninterrupted one does
-        made = Counter(services.generator.metrics)
-        made.subtract(generator_before)
-        report.update({f"curriculum/generator/{k}": v for k, v in made.items() if v})
-        if made["env_model/slot_steps"]:   # the environment model's rows refilled across tasks' rewrites
-            report["curriculum/generator/env_model/slot_occupancy"] = occupancy(made, "env_model")
     report.update({"curriculum/accepted": len(accepted), "curriculum/rejected": len(rejected),
                    "curriculum/accepted_total": pool.accepted_count,
                    "curriculum/pending": sum(s.pending is not None for s in pool.slots),
@@ -192,24 +188,28 @@ def check_environment(episodes: Sequence[Episode], where: str) -> None:
 
 
 class _PhaseClock:
-    """Logs each phase of a step as it ends and records its seconds as `time/<phase>_s`."""
+    """Logs each phase of a step as it ends and keeps its seconds, `seconds["time/<phase>_s"]`."""
 
-    def __init__(self, log: Callable[[str], None], step: int, metrics: Counter):
-        self.log, self.step, self.metrics = log, step, metrics
+    def __init__(self, log: Callable[[str], None], step: int):
+        self.log, self.step = log, step
+        self.seconds: Counts = {}
         self.last = time.perf_counter()
 
     def done(self, name: str, detail: str) -> None:
         now = time.perf_counter()
-        self.metrics[f"time/{name.replace(' ', '_').replace('-', '_')}_s"] += now - self.last
+        key = f"time/{name.replace(' ', '_').replace('-', '_')}_s"
+        self.seconds[key] = self.seconds.get(key, 0.0) + now - self.last
         self.log(f"  step {self.step} {name}: {detail} ({now - self.last:.1f} s)")
         self.last = now
 
 
 def _adapt(pool: TaskPool, slot_indices: Sequence[int], groups: Mapping[str, Sequence[JudgedEpisode]],
-           accuracy: Mapping[str, float | None], generator: TaskGenerator, settings: LoopSettings, step: int,
-           metrics: Counter) -> TaskPool:
+           accuracy: Mapping[str, float | None], generator: TaskGenerator, settings: LoopSettings,
+           step: int) -> tuple[TaskPool, Counts]:
     """Asks for a rewrite of every played active task whose accuracy left the band, all tasks' proposals
-    side by side (`run_proposals`: the environment model answers every task's prompts of a round at once)."""
+    side by side (`run_proposals`: the environment model answers every task's prompts of a round at once);
+    the pool with the candidates, and the counts of the proposals (`curriculum/...`) and of the generator's
+    work (`curriculum/generator/...`)."""
     asked: list[tuple[int, str, float]] = []
     proposals = []
     for index in slot_indices:
@@ -224,12 +224,17 @@ def _adapt(pool: TaskPool, slot_indices: Sequence[int], groups: Mapping[str, Seq
         asked.append((index, direction, acc))
         proposals.append(proposal_of(generator, slot.raw, slot.active, direction, acc,
                                      groups.get(slot.active.task_id, []), step))
-    for (index, direction, acc), candidate in zip(asked, run_proposals(proposals)):
-        metrics[f"curriculum/proposals_{'made' if candidate else 'failed'}"] += 1
+    candidates, made = run_proposals(proposals)
+    counts: Counts = {f"curriculum/generator/{k}": v for k, v in made.items() if v}
+    if made.get("env_model/slot_steps"):   # the environment model's rows refilled across tasks' rewrites
+        counts["curriculum/generator/env_model/slot_occupancy"] = occupancy(made, "env_model")
+    for (index, direction, acc), candidate in zip(asked, candidates):
+        key = f"curriculum/proposals_{'made' if candidate else 'failed'}"
+        counts[key] = counts.get(key, 0) + 1
         if candidate is not None:
             pool = propose(pool, index, Candidate(task=candidate, goal=direction, prev_acc=float(acc),
                                                   proposed_at=step))
-    return pool
+    return pool, counts
 
 
 # ---------------------------------------------------------------- metrics (held-out evaluation: evaluation.py)

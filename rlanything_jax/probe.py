@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
@@ -51,9 +50,8 @@ def probe_accuracy(reward_model, prompts, probe: JudgeProbe, config: JudgeConfig
     """The reward model's agreement with the probe's labels, overall and on the +1 and -1 labels apart."""
     if not probe.prompts:
         return {}
-    metrics: Counter = Counter()
     started = time.perf_counter()
-    judged = judge_prompts(reward_model, prompts, probe.prompts, config, metrics, probe.images or None)
+    judged, _ = judge_prompts(reward_model, prompts, probe.prompts, config, probe.images or None)
     hits = np.array([np.mean([j.parsed.valid and j.parsed.score == label for j in judgments])
                      for judgments, label in zip(judged, probe.labels)])
     labels = np.array(probe.labels)

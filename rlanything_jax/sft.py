@@ -14,7 +14,6 @@ the responses' mean log-likelihood and the KL term vanishes.
 from __future__ import annotations
 
 import time
-from collections import Counter
 from collections.abc import Callable, Sequence
 
 from rlanything_jax.agents.examples import episode_examples
@@ -64,7 +63,7 @@ def expert_episode(task: Task, expert_steps: Sequence[ExpertStep], prompts, toke
 def policy_sft_examples(episode: Episode, pack: bool = True) -> list[Example]:
     """The expert's answers (+ stop token) after the conversation so far: one example per step,
     or with `pack` one example holding every step (`rl.data.pack_turns`: same loss, O(T) tokens)."""
-    return episode_examples(episode, [1.0] * len(episode.steps), pack_turns=pack)
+    return episode_examples(episode, [1.0] * len(episode.steps), pack_turns=pack)[0]
 
 
 def judge_prompt(tokenizer, prompts, task: Task, labelled: LabelledStep,
@@ -93,9 +92,7 @@ def supervised_epochs(learner: Learner, state: TrainState, examples: Sequence[Ex
     losses = []
     started = time.perf_counter()
     for epoch in range(epochs):
-        metrics: Counter = Counter()
-        state, epoch_metrics = train_phase(learner, state, examples, seed=derive_seed(seed, epoch), metrics=metrics,
-                                           prefix=prefix)
+        state, epoch_metrics = train_phase(learner, state, examples, seed=derive_seed(seed, epoch), prefix=prefix)
         losses.append(epoch_metrics.get(f"{prefix}/entropy", float("nan")))  # = the targets' mean NLL
         log(f"warm start {prefix}: epoch {epoch + 1}/{epochs} token NLL {losses[-1]:.4f} "
             f"({time.perf_counter() - started:.0f} s)")

@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from rlanything_jax.agents.trajectory import Episode, JudgedEpisode, group_arrays, task_accuracy
+from rlanything_jax.counts import Counts
 from rlanything_jax.rl.advantages import stepwise_group_advantages
 from rlanything_jax.rl.data import Example
 from rlanything_jax.rl.data import pack_turns as pack_episode
@@ -66,12 +67,13 @@ def _in_band(acc: float | None, low: float, high: float) -> bool:
 
 
 def policy_examples(groups: Mapping[str, Sequence[JudgedEpisode]], cfg: SignalConfig,
-                    metrics: Counter | None = None, pack_turns: bool = False,
-                    bonus: Mapping[str, np.ndarray] | None = None) -> list[Example]:
+                    pack_turns: bool = False,
+                    bonus: Mapping[str, np.ndarray] | None = None) -> tuple[list[Example], Counts]:
     """Policy examples of the tasks in the accuracy band: one per step, or with `pack_turns` one per
     multi-step episode (per step when its prompts do not extend each other, counted as unpacked).
-    `bonus[task_id]` [G] is added to every step reward of the task's trainable rollouts, in order."""
-    metrics = metrics if metrics is not None else Counter()
+    `bonus[task_id]` [G] is added to every step reward of the task's trainable rollouts, in order.
+    With their counts (`policy_data/...`)."""
+    metrics: Counter = Counter()
     examples = []
     for task_id, judged in groups.items():
         if not _in_band(task_accuracy(judged), cfg.policy_acc_low, cfg.policy_acc_high):
@@ -85,31 +87,33 @@ def policy_examples(groups: Mapping[str, Sequence[JudgedEpisode]], cfg: SignalCo
         advantages = np.asarray(stepwise_group_advantages(rewards, mask, cfg.advantage_singleton))
         metrics["policy_data/tasks"] += 1
         for g, item in enumerate(trainable):
-            examples += episode_examples(item.episode, advantages[g], pack_turns, metrics)
+            episode_rows, packing = episode_examples(item.episode, advantages[g], pack_turns)
+            examples += episode_rows
+            metrics.update(packing)
     metrics["policy_data/examples"] += len(examples)
-    return examples
+    return examples, dict(metrics)
 
 
-def episode_examples(episode: Episode, advantages: Sequence[float], pack_turns: bool,
-                     metrics: Counter | None = None) -> list[Example]:
+def episode_examples(episode: Episode, advantages: Sequence[float],
+                     pack_turns: bool) -> tuple[list[Example], Counts]:
     """An episode's steps as examples with these per-step advantages: one per step, or with `pack_turns`
-    one holding every step (per step when its prompts do not extend each other, counted as unpacked)."""
+    one holding every step (per step when its prompts do not extend each other, counted as unpacked);
+    with the packing's count."""
     steps = [Example(step.prompt_tokens, step.response_tokens, float(advantages[t]), step.logprobs,
                      images=step.prompt_images or None, stop_string=step.finish_reason == "stop_string")
              for t, step in enumerate(episode.steps)]
     if pack_turns and len(steps) > 1:  # a one-step episode is its own packed example
         packed = pack_episode(steps)
-        if metrics is not None:
-            metrics[f"policy_data/{'unpacked' if packed is None else 'packed'}_episodes"] += 1
-        if packed is not None:
-            return [packed]
-    return steps
+        counts = {f"policy_data/{'unpacked' if packed is None else 'packed'}_episodes": 1}
+        return (steps if packed is None else [packed]), counts
+    return steps, {}
 
 
-def reward_model_examples(groups: Mapping[str, Sequence[JudgedEpisode]], cfg: SignalConfig,
-                          metrics: Counter | None = None) -> list[Example]:
-    """The step judge's examples: its judgments' consistency advantages, for the tasks in the band."""
-    metrics = metrics if metrics is not None else Counter()
+def reward_model_examples(groups: Mapping[str, Sequence[JudgedEpisode]],
+                          cfg: SignalConfig) -> tuple[list[Example], Counts]:
+    """The step judge's examples: its judgments' consistency advantages, for the tasks in the band; with
+    their counts (`reward_model_data/...`)."""
+    metrics: Counter = Counter()
     examples = []
     for judged in groups.values():
         if not _in_band(task_accuracy(judged), cfg.band_low, cfg.band_high):
@@ -134,4 +138,4 @@ def reward_model_examples(groups: Mapping[str, Sequence[JudgedEpisode]], cfg: Si
                     examples.append(Example(judgments.prompts[t], tokens, float(advantages[g, t, j]), logprobs,
                                             images=images or None))
     metrics["reward_model_data/examples"] += len(examples)
-    return examples
+    return examples, dict(metrics)

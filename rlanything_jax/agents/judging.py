@@ -25,6 +25,7 @@ import numpy as np
 from rlanything_jax.agents.prompt_tokens import encode_prompt
 from rlanything_jax.agents.scenario import StepJudgePrompts
 from rlanything_jax.agents.trajectory import Episode, ParsedJudgment, StepJudgments, StepRecord
+from rlanything_jax.counts import Counts
 from rlanything_jax.progress import Progress
 from rlanything_jax.sampling.sampler import Sampler, bucket_length
 from rlanything_jax.sampling.slots import generate_in_slots, occupancy
@@ -54,13 +55,14 @@ class Judgment:
 
 
 def judge_prompts(reward_model: Sampler, prompts: StepJudgePrompts, prompt_tokens: Sequence[Sequence[int]],
-                  config: JudgeConfig, metrics: Counter | None = None,
-                  prompt_images: Sequence[Sequence] | None = None) -> list[list[Judgment]]:
+                  config: JudgeConfig,
+                  prompt_images: Sequence[Sequence] | None = None) -> tuple[list[list[Judgment]], Counts]:
     """m judgments of each prompt (in the given order), longest prompts batched together; each prompt is
-    prefilled once and sampled m times. `prompt_images[i]` are prompt i's images, if any."""
-    metrics = metrics if metrics is not None else Counter()
+    prefilled once and sampled m times. `prompt_images[i]` are prompt i's images, if any. With the call's
+    counts (parse statuses, tokens, `judge/...` slots, `time/judge_sampling_s`)."""
     started = time.perf_counter()
-    samples = sample_each(reward_model, prompt_tokens, config, metrics, "judge", prompt_images)
+    samples, sampled = sample_each(reward_model, prompt_tokens, config, "judge", prompt_images)
+    metrics: Counter = Counter(sampled)
     out: list[list[Judgment]] = []
     for completions in samples:
         out.append([])
@@ -71,18 +73,19 @@ def judge_prompts(reward_model: Sampler, prompts: StepJudgePrompts, prompt_token
             out[-1].append(Judgment(parsed, completion.text or "", list(completion.token_ids),
                                     list(completion.logprobs)))
     metrics["time/judge_sampling_s"] += time.perf_counter() - started
-    return out
+    return out, dict(metrics)
 
 
-def sample_each(reward_model: Sampler, prompt_tokens: Sequence[Sequence[int]], config: JudgeConfig, metrics: Counter,
-                tag: str, prompt_images: Sequence[Sequence] | None = None) -> list[list[Completion]]:
+def sample_each(reward_model: Sampler, prompt_tokens: Sequence[Sequence[int]], config: JudgeConfig,
+                tag: str, prompt_images: Sequence[Sequence] | None = None) -> tuple[list[list[Completion]], Counts]:
     """`config.num_judgments` completions of each prompt (in the given order), at most `config.batch_size`
     generations at once, longest prompts first; each prompt is prefilled once and sampled m times. With
     continuous batching, rows are refilled as generations end (`<tag>/slot_occupancy` and the other slot
-    counts in `metrics`); a stand-in model with only `generate` (tests, probes) samples in chunks. A prompt
-    the sampler cannot hold with `config.max_new_tokens` more gets m empty completions (finish reason
-    "prompt_over_limit"), counted in `<tag>/prompts_over_limit`."""
+    counts, returned with the completions); a stand-in model with only `generate` (tests, probes) samples
+    in chunks. A prompt the sampler cannot hold with `config.max_new_tokens` more gets m empty completions
+    (finish reason "prompt_over_limit"), counted in `<tag>/prompts_over_limit`."""
     m = config.num_judgments
+    metrics: Counter = Counter()
     out: list[list[Completion]] = [[] for _ in prompt_tokens]
     fitting = []
     for i, tokens in enumerate(prompt_tokens):
@@ -95,10 +98,10 @@ def sample_each(reward_model: Sampler, prompt_tokens: Sequence[Sequence[int]], c
     strategy = make_strategy(config.temperature, config.top_k, config.top_p)
     if config.continuous_batching and hasattr(reward_model, "join") and order:
         images = [list(prompt_images[i]) for i in order] if prompt_images is not None else None
-        completions = generate_in_slots(reward_model, [list(prompt_tokens[i]) for i in order], config.max_new_tokens,
-                                        strategy, slots=config.batch_size, num_samples=m,
-                                        seed=derive_seed(config.seed, tag, "slots"), images=images, metrics=metrics,
-                                        tag=tag)
+        completions, slot_counts = generate_in_slots(
+            reward_model, [list(prompt_tokens[i]) for i in order], config.max_new_tokens, strategy,
+            slots=config.batch_size, num_samples=m, seed=derive_seed(config.seed, tag, "slots"), images=images, tag=tag)
+        metrics.update(slot_counts)
         metrics[f"{tag}/slot_occupancy"] = occupancy(metrics, tag)
         chunks = [(order, completions)]
     else:
@@ -117,7 +120,7 @@ def sample_each(reward_model: Sampler, prompt_tokens: Sequence[Sequence[int]], c
     for chunk, completions in chunks:
         for index, completion in enumerate(completions):  # prompt-major: m samples of chunk[0], then chunk[1]...
             out[chunk[index // m]].append(completion)
-    return out
+    return out, dict(metrics)
 
 
 PROMPT_OVER_LIMIT = "prompt_over_limit"
@@ -131,10 +134,10 @@ def fits_sampler(sampler, prompt_length: int, max_new_tokens: int) -> bool:
 
 
 def judge_episodes(reward_model: Sampler, prompts: StepJudgePrompts, episodes: Sequence[Episode],
-                   config: JudgeConfig, metrics: Counter | None = None) -> list[StepJudgments | None]:
+                   config: JudgeConfig) -> tuple[list[StepJudgments | None], Counts]:
     """The reward model's m judgments of every step of each trainable episode (None for the others), with
-    the judge prompts' tokens and each judgment's tokens and log-probabilities for its training."""
-    metrics = metrics if metrics is not None else Counter()
+    the judge prompts' tokens and each judgment's tokens and log-probabilities for its training; and the
+    judging's counts (`judge_prompts`)."""
     tokenizer = reward_model.tokenizer
     judge_inputs, judge_images = [], []
     per_episode: list[list[tuple[int, ...]] | None] = []
@@ -150,8 +153,9 @@ def judge_episodes(reward_model: Sampler, prompts: StepJudgePrompts, episodes: S
             judge_inputs.append(tokens)
             judge_images.append(images)
         per_episode.append(step_prompts)
-    judged = iter(judge_prompts(reward_model, prompts, judge_inputs, config, metrics,
-                                judge_images if any(judge_images) else None))
+    judgments, counts = judge_prompts(reward_model, prompts, judge_inputs, config,
+                                      judge_images if any(judge_images) else None)
+    judged = iter(judgments)
     out: list[StepJudgments | None] = []
     for step_prompts in per_episode:
         if step_prompts is None:
@@ -165,7 +169,7 @@ def judge_episodes(reward_model: Sampler, prompts: StepJudgePrompts, episodes: S
             prompts=tuple(tokens for tokens, _ in step_prompts),
             samples=tuple(tuple((tuple(j.token_ids), tuple(j.logprobs)) for j in js) for js in steps),
             prompt_images=tuple(images for _, images in step_prompts) if any(i for _, i in step_prompts) else ()))
-    return out
+    return out, counts
 
 
 def step_context(episode: Episode, step_index: int) -> tuple[StepRecord, list[StepRecord]]:

@@ -40,6 +40,7 @@ from rlanything_jax.agents.prompt_tokens import next_prompt
 from rlanything_jax.agents.rollout_config import RolloutConfig
 from rlanything_jax.agents.scenario import PolicyPrompts
 from rlanything_jax.agents.trajectory import Episode, StepRecord
+from rlanything_jax.counts import Counts, add_counts
 from rlanything_jax.envs.base import Observation, Runner, Submitted, Task
 from rlanything_jax.progress import Progress
 from rlanything_jax.sampling.sampler import Conversation, Sampler
@@ -84,7 +85,7 @@ class _Play:
     runner: Runner
     prompts: PolicyPrompts
     config: RolloutConfig
-    metrics: Counter
+    metrics: Counter               # this call's own counts, returned with its episodes
     stop_texts: dict[int, str]
     finished: dict[int, Episode] = dataclasses.field(default_factory=dict)
 
@@ -102,15 +103,16 @@ class _Play:
 
 def play_episodes(policy: Sampler, runner: Runner, prompts: PolicyPrompts, tasks: Sequence[Task],
                   config: RolloutConfig, action_override: ActionOverride | None = None,
-                  metrics: Counter | None = None, progress: Callable[[str], None] | None = None,
-                  slots: int = 0) -> list[Episode]:
+                  progress: Callable[[str], None] | None = None,
+                  slots: int = 0) -> tuple[list[Episode], Counts]:
     """Plays `config.group_size` episodes of every task to the end or the step limit, at most `slots` (0: all)
     at a time: an episode that ends hands its slot to the next one in task order (continuous batching).
 
     With `action_override`, the environment receives its action instead of the parsed one (e.g. an
-    expert's), while the policy's response is still recorded.
+    expert's), while the policy's response is still recorded. With the call's counts (`rollout/...`,
+    `episodes/...`, `parse/...`, `time/rollout_*_s`).
     """
-    metrics = metrics if metrics is not None else Counter()
+    metrics: Counter = Counter()
     tokenizer = policy.tokenizer
     play = _Play(policy, runner, prompts, config, metrics,
                  stop_texts={t: tokenizer.decode([t]) for t in tokenizer.stop_token_ids})
@@ -145,7 +147,7 @@ def play_episodes(policy: Sampler, runner: Runner, prompts: PolicyPrompts, tasks
         # Done: the ended episodes, and the live ones' share of their turn limit (an episode ends at it or sooner).
         partial = sum(min(len(slot.steps) / max(config.max_turns, 1), 1.0) for c in cohorts for slot in c.live)
         lines.update(len(play.finished), (len(play.finished) + partial) / len(everyone))
-    return [play.finished[slot.runner_id] for slot in everyone]
+    return [play.finished[slot.runner_id] for slot in everyone], dict(metrics)
 
 
 def _act(live: list[LiveEpisode], completions: list, prompts: PolicyPrompts,
@@ -249,19 +251,22 @@ class RolloutEngine:
     prompts: PolicyPrompts
     action_override: ActionOverride | None = None
 
-    def play(self, tasks: Sequence[Task], config: RolloutConfig, metrics: Counter) -> list[Episode]:
+    def play(self, tasks: Sequence[Task], config: RolloutConfig) -> tuple[list[Episode], Counts]:
         # At most `max_live_episodes` environments (desktops) live at once: refilled slots, or waves of whole tasks.
         if config.continuous_batching or not config.max_live_episodes:
-            episodes = play_episodes(self.sampler, self.runner, self.prompts, tasks, config, self.action_override,
-                                     metrics, slots=config.max_live_episodes)
+            episodes, counts = play_episodes(self.sampler, self.runner, self.prompts, tasks, config,
+                                             self.action_override, slots=config.max_live_episodes)
         else:
             per_call = max(1, config.max_live_episodes // config.group_size)
-            episodes = []
+            episodes, waves = [], []
             for start in range(0, len(tasks), per_call):
-                episodes += play_episodes(self.sampler, self.runner, self.prompts, tasks[start:start + per_call],
-                                          config, self.action_override, metrics)
-        metrics["rollout/slot_occupancy"] = metrics["rollout/busy_slot_turns"] / max(metrics["rollout/slot_turns"], 1)
-        return episodes
+                wave, wave_counts = play_episodes(self.sampler, self.runner, self.prompts,
+                                                  tasks[start:start + per_call], config, self.action_override)
+                episodes += wave
+                waves.append(wave_counts)
+            counts = add_counts(*waves)
+        occupancy = counts.get("rollout/busy_slot_turns", 0) / max(counts.get("rollout/slot_turns", 0), 1)
+        return episodes, {**counts, "rollout/slot_occupancy": occupancy}
 
     def update_params(self, params) -> None:
         self.sampler.update_params(params)

@@ -2,7 +2,7 @@
 
 A generator implements `TaskGenerator.proposal(raw, active, direction, accuracy, episodes, step)`: a
 `Proposal`, a Python generator that yields `Ask`s (prompts for a model) and receives their answers
-before it returns the candidate. `run_proposals` drives a step's proposals for all tasks side by side,
+before it returns the candidate with its counts. `run_proposals` drives a step's proposals for all tasks side by side,
 so that each round's prompts of every task go to the environment model as one continuous-batching call
 (`sampling.slots`); `propose` runs one. Scenarios build theirs (`Scenario.task_generator`) from the
 generic pieces here:
@@ -14,8 +14,8 @@ generic pieces here:
 
 A candidate's id is unique and stable (the same inputs give the same id), never the active
 task's id, and `annotate` records `raw_task_id`, `proposed_by`, `direction` and `proposed_at`
-in its payload. Generators never raise on model output; they return None and count why in
-their `metrics`.
+in its payload. Generators never raise on model output; they return None and count why in the
+counts they return with it. A call's counts are what that call did: a generator keeps no totals.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from typing import Any, Protocol
 
 from rlanything_jax.agents.chat_tokens import Message
 from rlanything_jax.agents.trajectory import JudgedEpisode
+from rlanything_jax.counts import Counts, add_counts
 from rlanything_jax.curriculum.adaptation import DIRECTIONS
 from rlanything_jax.envs.base import Task
 from rlanything_jax.progress import Progress
@@ -52,8 +53,8 @@ class Ask:
 
 
 # A proposal in progress: yields Asks, is sent each Ask's texts (None for a prompt too long for the model's
-# cache), and returns the candidate (or None).
-Proposal = Generator[Ask, list, "Task | None"]
+# cache), and returns the candidate (or None) with what it counted (the model's own counts come from `answer`).
+Proposal = Generator[Ask, list, "tuple[Task | None, Counts]"]
 
 
 class TaskGenerator(Protocol):
@@ -64,15 +65,13 @@ class TaskGenerator(Protocol):
     arguments (`Proposes` then gives it `propose`): the loop then drives every task's proposal side by
     side (`proposal_of`, `run_proposals`), and the model answers all tasks' prompts at once instead of task by task."""
 
-    metrics: Counter
-
     def propose(self, raw: Task, active: Task, direction: str, accuracy: float,
-                episodes: Sequence[JudgedEpisode], step: int) -> Task | None: ...
+                episodes: Sequence[JudgedEpisode], step: int) -> tuple[Task | None, Counts]: ...
 
 
-def finished(candidate: Task | None) -> Proposal:
+def finished(candidate: Task | None, counts: Counts | None = None) -> Proposal:
     """A proposal that asks nothing: what a generator without a model returns."""
-    return candidate
+    return candidate, counts or {}
     yield  # unreachable: makes this function a generator
 
 
@@ -81,21 +80,23 @@ def proposal_of(generator: TaskGenerator, raw: Task, active: Task, direction: st
     """The generator's `proposal`, or its `propose` answered at once when it has none."""
     if hasattr(generator, "proposal"):
         return generator.proposal(raw, active, direction, accuracy, episodes, step)
-    return finished(generator.propose(raw, active, direction, accuracy, episodes, step))
+    return finished(*generator.propose(raw, active, direction, accuracy, episodes, step))
 
 
-def run_proposals(proposals: Sequence[Proposal]) -> list[Task | None]:
+def run_proposals(proposals: Sequence[Proposal]) -> tuple[list[Task | None], Counts]:
     """Every proposal's candidate, the proposals driven side by side: each round, the Asks of all proposals
     waiting on one model go to it together (`EnvironmentModel.answer`), so rows freed by one task's short
-    answers are refilled with another's prompts."""
+    answers are refilled with another's prompts. With the counts of the proposals and of the models' answers."""
     results: list[Task | None] = [None] * len(proposals)
+    counted: list[Counts] = []
     waiting: dict[int, Ask] = {}
 
     def advance(index: int, answer: list | None) -> None:
         try:
             waiting[index] = proposals[index].send(answer)
         except StopIteration as stop:
-            results[index] = stop.value
+            results[index], counts = stop.value
+            counted.append(counts)
 
     for index in range(len(proposals)):
         advance(index, None)
@@ -106,18 +107,21 @@ def run_proposals(proposals: Sequence[Proposal]) -> list[Task | None]:
             by_model.setdefault(id(ask.model), []).append(index)
         for indices in by_model.values():
             asks = [waiting.pop(index) for index in indices]
-            for index, answer in zip(indices, asks[0].model.answer(asks)):
+            answers, counts = asks[0].model.answer(asks)
+            counted.append(counts)
+            for index, answer in zip(indices, answers):
                 advance(index, answer)
         lines.update(len(proposals) - len(waiting))
-    return results
+    return results, add_counts(*counted)
 
 
 class Proposes:
     """`propose` (one task's candidate) for a generator that implements `proposal`."""
 
     def propose(self, raw: Task, active: Task, direction: str, accuracy: float,
-                episodes: Sequence[JudgedEpisode], step: int) -> Task | None:
-        return run_proposals([self.proposal(raw, active, direction, accuracy, episodes, step)])[0]
+                episodes: Sequence[JudgedEpisode], step: int) -> tuple[Task | None, Counts]:
+        candidates, counts = run_proposals([self.proposal(raw, active, direction, accuracy, episodes, step)])
+        return candidates[0], counts
 
 
 def derived_seed(raw: Task, step: int, attempt: int, salt: str = "") -> int:
@@ -154,35 +158,35 @@ class ProceduralGenerator:
     def __init__(self, maker: VariantMaker, max_tries: int = 4):
         self.maker = maker
         self.max_tries = max_tries
-        self.metrics: Counter = Counter()
 
     def proposal(self, raw: Task, active: Task, direction: str, accuracy: float,
                  episodes: Sequence[JudgedEpisode], step: int) -> Proposal:
-        return finished(self.propose(raw, active, direction, accuracy, episodes, step))
+        return finished(*self.propose(raw, active, direction, accuracy, episodes, step))
 
     def propose(self, raw: Task, active: Task, direction: str, accuracy: float,
-                episodes: Sequence[JudgedEpisode], step: int) -> Task | None:
+                episodes: Sequence[JudgedEpisode], step: int) -> tuple[Task | None, Counts]:
         del accuracy, episodes  # the knobs alone decide
         check_direction(direction)
         make = self.maker(raw, direction)
+        counts: Counter = Counter()
         if make is None:
-            self.metrics[f"procedural/{raw.kind}/knobs_at_limit"] += 1
-            return None
+            counts[f"procedural/{raw.kind}/knobs_at_limit"] += 1
+            return None, counts
         for attempt in range(self.max_tries):
             seed = derived_seed(raw, step, attempt)
             try:
                 task = make(seed)
             except Exception as error:  # noqa: BLE001 -- e.g. no room supports the knobs: next seed
-                self.metrics[f"procedural/{raw.kind}/generation_failed"] += 1
+                counts[f"procedural/{raw.kind}/generation_failed"] += 1
                 log.debug("%s: generation with seed %d failed: %r", raw.task_id, seed, error)
                 continue
             if task is None or task.task_id in (raw.task_id, active.task_id):
-                self.metrics[f"procedural/{raw.kind}/rejected"] += 1
+                counts[f"procedural/{raw.kind}/rejected"] += 1
                 continue
-            self.metrics[f"procedural/{raw.kind}/accepted"] += 1
-            return annotate(task, raw, "procedural", direction, step)
+            counts[f"procedural/{raw.kind}/accepted"] += 1
+            return annotate(task, raw, "procedural", direction, step), counts
         log.debug("%s: no %s task in %d tries", raw.task_id, direction, self.max_tries)
-        return None
+        return None, counts
 
 
 # ---------------------------------------------------------------- environment model
@@ -194,7 +198,7 @@ class EnvironmentModel:
     Prompts too long for the sampler's cache are dropped, not truncated, and counted under
     `<tag>/prompt_too_long`; a dropped prompt's answer is None. With `continuous_batching` (a real
     `Sampler`), at most `batch_size` generations run at once and rows are refilled as answers end
-    (`env_model/busy_slot_steps`, `slot_steps`, `joined_rows`, `repacks` in `metrics`).
+    (`env_model/busy_slot_steps`, `slot_steps`, `joined_rows`, `repacks` in the counts `answer` returns).
     """
 
     def __init__(self, sampler: Sampler, temperature: float = 0.8, top_p: float = 1.0, seed: int = 0,
@@ -204,7 +208,6 @@ class EnvironmentModel:
         self.seed = seed
         self.batch_size = batch_size
         self.continuous_batching = continuous_batching
-        self.metrics: Counter = Counter()
 
     @classmethod
     def from_context(cls, context: Any) -> EnvironmentModel:
@@ -225,13 +228,15 @@ class EnvironmentModel:
         return bucket_length(needed, config.min_window) <= config.max_cache_length
 
     def generate(self, prompts: Sequence[list[Message]], max_new_tokens: int, seed: int,
-                 tag: str) -> list[str | None]:
+                 tag: str) -> tuple[list[str | None], Counts]:
         """One batched call over the prompts that fit; None in the place of each prompt that does not."""
-        return self.answer([Ask(self, tuple(prompts), max_new_tokens, seed, tag)])[0]
+        texts, counts = self.answer([Ask(self, tuple(prompts), max_new_tokens, seed, tag)])
+        return texts[0], counts
 
-    def answer(self, asks: Sequence[Ask]) -> list[list[str | None]]:
+    def answer(self, asks: Sequence[Ask]) -> tuple[list[list[str | None]], Counts]:
         """Each Ask's texts, the prompts of all of them (per token budget) sampled in one call under one seed
-        (an Ask's own when it is alone, else one derived from all of theirs)."""
+        (an Ask's own when it is alone, else one derived from all of theirs); with the call's counts."""
+        counts: Counter = Counter()
         texts: list[list[str | None]] = [[None] * len(ask.prompts) for ask in asks]
         fitting: dict[int, list[tuple[int, int, list[int]]]] = {}   # max_new_tokens -> (ask, prompt, tokens)
         for a, ask in enumerate(asks):
@@ -240,18 +245,19 @@ class EnvironmentModel:
                 if self._fits_tokens(len(tokens), ask.max_new_tokens):
                     fitting.setdefault(ask.max_new_tokens, []).append((a, p, tokens))
                 else:
-                    self.metrics[f"{ask.tag}/prompt_too_long"] += 1
+                    counts[f"{ask.tag}/prompt_too_long"] += 1
         seed = asks[0].seed if len(asks) == 1 else derive_seed(self.seed, "answer", *(ask.seed for ask in asks))
         for max_new_tokens, items in fitting.items():
-            completions = self._sample([tokens for _, _, tokens in items], max_new_tokens, seed)
+            completions, sampled = self._sample([tokens for _, _, tokens in items], max_new_tokens, seed)
+            counts.update(sampled)
             for (a, p, _), completion in zip(items, completions):
                 texts[a][p] = completion.text or ""
-                self.metrics[f"{asks[a].tag}/generated_tokens"] += len(completion.token_ids)
-        return texts
+                counts[f"{asks[a].tag}/generated_tokens"] += len(completion.token_ids)
+        return texts, counts
 
-    def _sample(self, token_lists: list[list[int]], max_new_tokens: int, seed: int) -> list:
-        """One completion per prompt. Repeated prompts (a rewrite asked for several times) are prefilled once
-        and sampled that many times when every distinct prompt repeats equally often."""
+    def _sample(self, token_lists: list[list[int]], max_new_tokens: int, seed: int) -> tuple[list, Counts]:
+        """One completion per prompt, and the slots' counts. Repeated prompts (a rewrite asked for several
+        times) are prefilled once and sampled that many times when every distinct prompt repeats equally often."""
         distinct: dict[tuple[int, ...], list[int]] = {}
         for index, tokens in enumerate(token_lists):
             distinct.setdefault(tuple(tokens), []).append(index)
@@ -260,16 +266,16 @@ class EnvironmentModel:
         groups = list(distinct.values()) if k > 1 else [[index] for index in range(len(token_lists))]
         prompts = [list(token_lists[group[0]]) for group in groups]
         if self.continuous_batching and hasattr(self.sampler, "join"):
-            completions = generate_in_slots(self.sampler, prompts, max_new_tokens, self.strategy,
-                                            slots=self.batch_size, num_samples=k, seed=seed, metrics=self.metrics,
-                                            tag="env_model")
+            completions, counts = generate_in_slots(self.sampler, prompts, max_new_tokens, self.strategy,
+                                                    slots=self.batch_size, num_samples=k, seed=seed, tag="env_model")
         else:
-            completions = self.sampler.generate(prompts, max_new_tokens, self.strategy, seed=seed, num_samples=k)
+            completions, counts = self.sampler.generate(prompts, max_new_tokens, self.strategy, seed=seed,
+                                                        num_samples=k), {}
         out: list = [None] * len(token_lists)
         for g, indices in enumerate(groups):   # prompt-major: k samples of each distinct prompt
             for j, index in enumerate(indices):
                 out[index] = completions[g * k + j]
-        return out
+        return out, counts
 
 
 # ---------------------------------------------------------------- chain
@@ -281,17 +287,12 @@ class GeneratorChain(Proposes):
     def __init__(self, generators: Sequence[TaskGenerator]):
         self.generators = tuple(generators)
 
-    @property
-    def metrics(self) -> Counter:
-        total: Counter = Counter()
-        for generator in self.generators:
-            total.update(getattr(generator, "metrics", {}))
-        return total
-
     def proposal(self, raw: Task, active: Task, direction: str, accuracy: float,
                  episodes: Sequence[JudgedEpisode], step: int) -> Proposal:
+        counted = []
         for generator in self.generators:
-            candidate = yield from proposal_of(generator, raw, active, direction, accuracy, episodes, step)
+            candidate, counts = yield from proposal_of(generator, raw, active, direction, accuracy, episodes, step)
+            counted.append(counts)
             if candidate is not None:
-                return candidate
-        return None
+                return candidate, add_counts(*counted)
+        return None, add_counts(*counted)

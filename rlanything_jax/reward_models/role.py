@@ -11,7 +11,6 @@ built-in roles (judging every step, writing unit tests) and any other register t
 from __future__ import annotations
 
 import dataclasses
-from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -21,6 +20,7 @@ from rlanything_jax.agents.chat_tokens import Message
 from rlanything_jax.agents.examples import SignalConfig
 from rlanything_jax.agents.judging import JudgeConfig
 from rlanything_jax.agents.trajectory import Episode, ExpertStep, JudgedEpisode, StepJudgments
+from rlanything_jax.counts import Counts
 from rlanything_jax.envs.base import Env, Task
 from rlanything_jax.rl.data import Example
 
@@ -54,16 +54,18 @@ class RewardModelRole(Protocol):
     phase: str                 # the step's phase that runs it: in the log and in `time/<phase>_s`
     held_out_judgments: int    # judgments per held-out task at each evaluation (0: not judged there)
 
-    def judge(self, reward_model: Any, episodes: Sequence[Episode], config: JudgeConfig,
-              metrics: Counter) -> Judgments:
-        """The reward model's (the sampler `reward_model`'s) judgments of a step's episodes."""
+    def judge(self, reward_model: Any, episodes: Sequence[Episode],
+              config: JudgeConfig) -> tuple[Judgments, Counts]:
+        """The reward model's (the sampler `reward_model`'s) judgments of a step's episodes, and the
+        judging's counts (tokens, parse statuses, slots, `time/<phase>_*` seconds)."""
 
     def policy_bonus(self, judgments: Judgments, signal: SignalConfig) -> Mapping[str, np.ndarray] | None:
         """task id -> [G] added to each of the task's trainable rollouts' step rewards (None: no bonus)."""
 
     def training_examples(self, judgments: Judgments, groups: Mapping[str, Sequence[JudgedEpisode]],
-                          signal: SignalConfig, metrics: Counter) -> list[Example]:
-        """The reward model's RL examples from this step's judgments of the tasks in `groups`."""
+                          signal: SignalConfig) -> tuple[list[Example], Counts]:
+        """The reward model's RL examples from this step's judgments of the tasks in `groups`, and their
+        counts (`reward_model_data/...`)."""
 
     def warm_start_examples(self, tokenizer: Any, task: Task, steps: Sequence[ExpertStep], expert: Any, env: Env,
                             rng: np.random.Generator, negatives_per_step: int,

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -24,6 +23,7 @@ from rlanything_jax.agents.judging import JudgeConfig, judge_episodes
 from rlanything_jax.agents.prompt_tokens import text_only
 from rlanything_jax.agents.scenario import StepJudgePrompts
 from rlanything_jax.agents.trajectory import Episode, ExpertStep, JudgedEpisode
+from rlanything_jax.counts import Counts
 from rlanything_jax.envs.base import Env, Task
 from rlanything_jax.reward_models import register_role
 from rlanything_jax.reward_models.role import Judgments, RenderChat
@@ -41,18 +41,18 @@ class StepJudging:
     phase: str = "judge"
     held_out_judgments: int = 0   # held out, it is measured by its probe instead
 
-    def judge(self, reward_model: Any, episodes: Sequence[Episode], config: JudgeConfig,
-              metrics: Counter) -> Judgments:
-        steps = judge_episodes(reward_model, self.prompts, episodes, config, metrics)
+    def judge(self, reward_model: Any, episodes: Sequence[Episode],
+              config: JudgeConfig) -> tuple[Judgments, Counts]:
+        steps, counts = judge_episodes(reward_model, self.prompts, episodes, config)
         return Judgments(steps=tuple(steps),
-                         summary=f"{sum(len(e.steps) for e in episodes)} steps x {config.num_judgments}")
+                         summary=f"{sum(len(e.steps) for e in episodes)} steps x {config.num_judgments}"), counts
 
     def policy_bonus(self, judgments: Judgments, signal: SignalConfig) -> Mapping[str, np.ndarray] | None:
         return None   # its judgments are in the integrated step reward itself
 
     def training_examples(self, judgments: Judgments, groups: Mapping[str, Sequence[JudgedEpisode]],
-                          signal: SignalConfig, metrics: Counter) -> list[Example]:
-        return reward_model_examples(groups, signal, metrics)
+                          signal: SignalConfig) -> tuple[list[Example], Counts]:
+        return reward_model_examples(groups, signal)
 
     def warm_start_examples(self, tokenizer: Any, task: Task, steps: Sequence[ExpertStep], expert: Any, env: Env,
                             rng: np.random.Generator, negatives_per_step: int,

@@ -9,7 +9,6 @@ task's test prompt with the task's ground-truth tests.
 from __future__ import annotations
 
 import dataclasses
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -19,6 +18,7 @@ from rlanything_jax import sft
 from rlanything_jax.agents.examples import SignalConfig
 from rlanything_jax.agents.judging import JudgeConfig
 from rlanything_jax.agents.trajectory import Episode, ExpertStep, JudgedEpisode
+from rlanything_jax.counts import Counts
 from rlanything_jax.envs.base import Env, Task
 from rlanything_jax.reward_models import register_role
 from rlanything_jax.reward_models.role import Judgments, RenderChat
@@ -44,26 +44,27 @@ class UnitTestWriting:
     name: str = WRITE_UNIT_TESTS
     phase: str = "unit tests"
 
-    def judge(self, reward_model: Any, episodes: Sequence[Episode], config: JudgeConfig,
-              metrics: Counter) -> Judgments:
+    def judge(self, reward_model: Any, episodes: Sequence[Episode],
+              config: JudgeConfig) -> tuple[Judgments, Counts]:
         groups: dict[str, list[Episode]] = {}
         for episode in episodes:
             groups.setdefault(episode.task.task_id, []).append(episode)
-        tests = self.write(reward_model, groups, config, metrics)
+        tests, counts = self.write(reward_model, groups, config)
         return Judgments(steps=(None,) * len(episodes), tasks=tests,
-                         summary=f"{config.num_judgments} tests x {len(tests)} tasks")
+                         summary=f"{config.num_judgments} tests x {len(tests)} tasks"), counts
 
-    def write(self, reward_model: Any, groups: Mapping[str, Sequence[Episode]], config: JudgeConfig,
-              metrics: Counter) -> dict[str, UnitTestJudgments]:
-        """The reward model's tests of each task of `groups` (task id -> its episodes), run against its codes."""
-        return write_unit_tests(reward_model, self.prompts, groups, config, metrics)
+    def write(self, reward_model: Any, groups: Mapping[str, Sequence[Episode]],
+              config: JudgeConfig) -> tuple[dict[str, UnitTestJudgments], Counts]:
+        """The reward model's tests of each task of `groups` (task id -> its episodes), run against its codes,
+        and their counts."""
+        return write_unit_tests(reward_model, self.prompts, groups, config)
 
     def policy_bonus(self, judgments: Judgments, signal: SignalConfig) -> Mapping[str, np.ndarray] | None:
         return passed_tests_bonus(judgments.tasks, signal.step_weight) if self.in_policy_reward else None
 
     def training_examples(self, judgments: Judgments, groups: Mapping[str, Sequence[JudgedEpisode]],
-                          signal: SignalConfig, metrics: Counter) -> list[Example]:
-        return unit_test_examples(judgments.tasks, metrics)   # unparseable tests as the reference scores them
+                          signal: SignalConfig) -> tuple[list[Example], Counts]:
+        return unit_test_examples(judgments.tasks)   # unparseable tests as the reference scores them
 
     def warm_start_examples(self, tokenizer: Any, task: Task, steps: Sequence[ExpertStep], expert: Any, env: Env,
                             rng: np.random.Generator, negatives_per_step: int,

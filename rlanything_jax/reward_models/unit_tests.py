@@ -25,6 +25,7 @@ import numpy as np
 from rlanything_jax.agents.chat_tokens import Message
 from rlanything_jax.agents.judging import JudgeConfig, sample_each
 from rlanything_jax.agents.trajectory import Episode
+from rlanything_jax.counts import Counts
 from rlanything_jax.envs.base import Task
 from rlanything_jax.rl.data import Example
 from rlanything_jax.rl.normalize import masked_zscore
@@ -105,14 +106,14 @@ def task_codes(prompts: UnitTestPrompts, task: Task, episodes: Sequence[Episode]
 
 
 def judge_texts(prompts: UnitTestPrompts, task: Task, codes: Sequence[str], texts: Sequence[str],
-                metrics: Counter | None = None) -> tuple[tuple[ParsedUnitTest, ...], np.ndarray, np.ndarray]:
-    """(parsed tests, program_passes bool [C, m], program_is_gt bool [C]) for the reward model's m texts.
+                ) -> tuple[tuple[ParsedUnitTest, ...], np.ndarray, np.ndarray, Counts]:
+    """(parsed tests, program_passes bool [C, m], program_is_gt bool [C], counts) for the reward model's m texts.
 
     Valid tests and the ground-truth tests run in one sandbox batch; an invalid test is run by
     nobody and counts as failed by every code (as in the reference: it has "" as input and
     output there, which `reward/execute.py` marks "Invalid Test", not correct).
     """
-    metrics = metrics if metrics is not None else Counter()
+    metrics: Counter = Counter()
     ground_truth = prompts.ground_truth_tests(task)
     if not ground_truth:
         raise ValueError(f"{task.task_id} has no ground-truth tests: its GT codes are unknown")
@@ -128,25 +129,28 @@ def judge_texts(prompts: UnitTestPrompts, task: Task, codes: Sequence[str], text
     program_passes = np.zeros((len(codes), len(tests)), bool)
     program_passes[:, valid] = passes[:, :len(valid)]
     program_is_gt = passes[:, len(valid):].all(axis=1)
-    return tests, program_passes, program_is_gt
+    return tests, program_passes, program_is_gt, dict(metrics)
 
 
-def generate_samples(reward_model: Sampler, prompt_tokens: Sequence[Sequence[int]], config: JudgeConfig,
-                     metrics: Counter) -> list[list[Completion]]:
-    """m completions of each prompt (in the given order), as the judgments are sampled (`judging.sample_each`)."""
+def generate_samples(reward_model: Sampler, prompt_tokens: Sequence[Sequence[int]],
+                     config: JudgeConfig) -> tuple[list[list[Completion]], Counts]:
+    """m completions of each prompt (in the given order), as the judgments are sampled (`judging.sample_each`),
+    and their counts."""
     started = time.perf_counter()
-    out = sample_each(reward_model, prompt_tokens, config, metrics, "unit_tests")
+    out, sampled = sample_each(reward_model, prompt_tokens, config, "unit_tests")
+    metrics: Counter = Counter(sampled)
     metrics["unit_tests/tokens"] += sum(len(c.token_ids) for completions in out for c in completions)
     metrics["time/unit_test_sampling_s"] += time.perf_counter() - started
-    return out
+    return out, dict(metrics)
 
 
 def write_unit_tests(reward_model: Sampler, prompts: UnitTestPrompts, groups: Mapping[str, Sequence[Episode]],
-                     config: JudgeConfig, metrics: Counter) -> dict[str, UnitTestJudgments]:
+                     config: JudgeConfig) -> tuple[dict[str, UnitTestJudgments], Counts]:
     """The reward model's m = `config.num_judgments` unit tests for each task of `groups` (task id -> its
-    episodes), run against the task's codes. Tasks without ground-truth tests or without codes are skipped
-    (counted)."""
+    episodes), run against the task's codes, and the counts of writing and running them. Tasks without
+    ground-truth tests or without codes are skipped (counted)."""
     tokenizer = reward_model.tokenizer
+    metrics: Counter = Counter()
     jobs = []
     for task_id, episodes in groups.items():
         if not episodes:
@@ -161,15 +165,17 @@ def write_unit_tests(reward_model: Sampler, prompts: UnitTestPrompts, groups: Ma
             continue
         tokens = tokenizer.encode_chat(prompts.unit_test_messages(task))   # whole: its instructions lead
         jobs.append((task_id, task, codes, has_reference, tuple(tokens)))
-    generations = generate_samples(reward_model, [job[-1] for job in jobs], config, metrics)
+    generations, sampled = generate_samples(reward_model, [job[-1] for job in jobs], config)
+    metrics.update(sampled)
     out = {}
     for (task_id, task, codes, has_reference, tokens), completions in zip(jobs, generations):
-        tests, passes, is_gt = judge_texts(prompts, task, codes, [c.text or "" for c in completions], metrics)
+        tests, passes, is_gt, ran = judge_texts(prompts, task, codes, [c.text or "" for c in completions])
+        metrics.update(ran)
         out[task_id] = UnitTestJudgments(
             prompt=tokens, samples=tuple((tuple(c.token_ids), tuple(c.logprobs)) for c in completions),
             tests=tests, program_passes=passes, program_is_gt=is_gt, has_reference=has_reference)
     metrics["unit_tests/tasks"] += len(out)
-    return out
+    return out, dict(metrics)
 
 
 # ---------------------------------------------------------------- training data and metrics
@@ -192,10 +198,12 @@ def unit_test_advantages(judged: UnitTestJudgments, invalid_test_reward: float |
     return np.asarray(masked_zscore(raw, tests, axis=-1), np.float32)
 
 
-def unit_test_examples(judgments: Mapping[str, UnitTestJudgments], metrics: Counter,
-                       invalid_test_reward: float | None = None) -> list[Example]:
+def unit_test_examples(judgments: Mapping[str, UnitTestJudgments],
+                       invalid_test_reward: float | None = None) -> tuple[list[Example], Counts]:
     """The reward model's examples: one (prompt, test tokens, advantage, sampler logprobs) per generated
-    test of every task with a GT code (tasks without one are skipped and counted, as in the reference)."""
+    test of every task with a GT code (tasks without one are skipped and counted, as in the reference);
+    with their counts (`reward_model_data/...`)."""
+    metrics: Counter = Counter()
     examples = []
     for judged in judgments.values():
         if not np.any(judged.program_is_gt):
@@ -207,7 +215,7 @@ def unit_test_examples(judgments: Mapping[str, UnitTestJudgments], metrics: Coun
             if tokens:   # an empty sample was never generated (its prompt was over the sampler's limit)
                 examples.append(Example(judged.prompt, tokens, float(advantage), logprobs))
     metrics["reward_model_data/examples"] += len(examples)
-    return examples
+    return examples, dict(metrics)
 
 
 def unit_test_metrics(judgments: Mapping[str, UnitTestJudgments]) -> dict[str, float]:

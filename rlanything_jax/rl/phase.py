@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections import Counter
 from collections.abc import Mapping, Sequence
 
 import jax
@@ -123,10 +122,10 @@ class Learner:
             self.compiled[key] = jax.jit(lambda p, b: with_cached_image_features(self.graphdef, p, b))
         return self.compiled[key](params, batch)
 
-    def train(self, state: TrainState, examples: Sequence[Example], seed: int, metrics: Counter,
+    def train(self, state: TrainState, examples: Sequence[Example], seed: int,
               prefix: str) -> tuple[TrainState, dict[str, float]]:
         """One phase (`train_phase`): the loop's `Trainer`."""
-        return train_phase(self, state, examples, seed=seed, metrics=metrics, prefix=prefix)
+        return train_phase(self, state, examples, seed=seed, prefix=prefix)
 
 
 def update_plan(num_examples: int, updates_per_step: int, micro_batch_size: int) -> tuple[int, int]:
@@ -160,10 +159,11 @@ def _phase_metrics(updates: Sequence[Mapping[str, float]]) -> dict[str, float]:
 
 
 def train_phase(learner: Learner, state: TrainState, examples: Sequence[Example], seed: int,
-                metrics: Counter | None = None, prefix: str = "policy") -> tuple[TrainState, dict[str, float]]:
+                prefix: str = "policy") -> tuple[TrainState, dict[str, float]]:
     """Trains `state` on one pass over `examples` per PPO epoch; returns the new state and the
-    phase's metrics (the loss and diagnostics weighted over every update's trained rows)."""
-    metrics = metrics if metrics is not None else Counter()
+    phase's metrics: the loss and diagnostics weighted over every update's trained rows, and its counts
+    (`<prefix>/updates`, reported as 0 when there is nothing to train on, and `<prefix>_data/...`)."""
+    counts: dict[str, float] = {}
     cfg = learner.train_config
     if cfg.reset_optimizer_each_step:
         state = reset_optimizer(state, learner.tx)
@@ -175,11 +175,10 @@ def train_phase(learner: Learner, state: TrainState, examples: Sequence[Example]
                           images=None if learner.images is None else learner.images.inputs)
     probe = BatchIterator(examples, data_cfg)  # applies the length rules once, for the counts
     for name, count in probe.counts.items():
-        metrics[f"{prefix}_data/{name}"] += count
+        counts[f"{prefix}_data/{name}"] = count
     kept = probe.examples
-    metrics[f"{prefix}/updates"] += 0   # reported (as 0) when a step has nothing to train on
     if not kept:
-        return state, {}
+        return state, {**counts, f"{prefix}/updates": 0}
     updates, num_micro = update_plan(len(kept), cfg.updates_per_step, cfg.micro_batch_size)
     update_metrics = []
     lines = Progress(f"{prefix} training", updates * cfg.ppo_epochs, "updates")
@@ -194,5 +193,5 @@ def train_phase(learner: Learner, state: TrainState, examples: Sequence[Example]
             update_metrics.append({name: float(np.asarray(value))
                                    for name, value in jax.device_get(step_metrics).items()})
             lines.update(len(update_metrics))
-    metrics[f"{prefix}/updates"] += len(update_metrics)
-    return state, {f"{prefix}/{name}": value for name, value in _phase_metrics(update_metrics).items()}
+    figures = {f"{prefix}/{name}": value for name, value in _phase_metrics(update_metrics).items()}
+    return state, {**counts, f"{prefix}/updates": len(update_metrics), **figures}

@@ -22,6 +22,7 @@ from typing import Any, Sequence, cast
 import numpy as np
 
 from rlanything_jax import multihost
+from rlanything_jax.counts import Counts
 from rlanything_jax.progress import Progress
 from rlanything_jax.sampling.sampler import Conversation, Sampler, bucket_length
 from rlanything_jax.sampling.stops import Completion, completion_of
@@ -35,15 +36,16 @@ def generate_in_slots(sampler: Sampler, prompts: Sequence[Sequence[int]], max_ne
                       strategy: SamplingStrategy = Greedy(), *, slots: int, num_samples: int = 1, seed: int = 0,
                       images: Sequence[Sequence[Any]] | None = None,
                       stop_token_ids: Sequence[int] | None = None, refill_every: int = REFILL_EVERY,
-                      metrics: Counter | None = None, tag: str = "slots") -> list[Completion]:
+                      tag: str = "slots") -> tuple[list[Completion], Counts]:
     """num_samples completions of each token-id prompt, prompt-major (as `Sampler.generate` returns them),
     generated in at most `slots` rows at once (at least one prompt's samples), prompts admitted in order.
 
     Counts `<tag>/busy_slot_steps` (tokens generated), `<tag>/slot_steps` (decode steps x slots),
     `<tag>/joined_rows`, `<tag>/repacks` and `<tag>/deferred_refills` (free rows left waiting: the next
-    prompt and the live rows would not fit max_cache_length together) into `metrics`.
+    prompt and the live rows would not fit max_cache_length together): the call's own, returned with the
+    completions.
     """
-    metrics = metrics if metrics is not None else Counter()
+    metrics: Counter = Counter()
     if num_samples < 1 or refill_every < 1:
         raise ValueError(f"num_samples and refill_every must be >= 1, got {num_samples} and {refill_every}")
     for prompt in prompts:
@@ -67,7 +69,7 @@ def generate_in_slots(sampler: Sampler, prompts: Sequence[Sequence[int]], max_ne
         metrics[f"{tag}/slot_steps"] += (run.conversation.used_columns - columns) * run.capacity
         run.read_out(before, stops)
         lines.update(sum(out is not None for out in run.out))
-    return cast(list[Completion], run.out)   # every output is filled by now
+    return cast(list[Completion], run.out), dict(metrics)   # every output is filled by now
 
 
 class _Slots:
@@ -157,6 +159,6 @@ class _Slots:
                 self.owner[row] = None
 
 
-def occupancy(metrics: Counter, tag: str) -> float:
+def occupancy(counts: Counts, tag: str) -> float:
     """Mean fraction of the slots busy over the decode steps counted under `tag`."""
-    return metrics[f"{tag}/busy_slot_steps"] / max(metrics[f"{tag}/slot_steps"], 1)
+    return counts.get(f"{tag}/busy_slot_steps", 0) / max(counts.get(f"{tag}/slot_steps", 0), 1)

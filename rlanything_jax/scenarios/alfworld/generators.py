@@ -16,6 +16,7 @@ from collections.abc import Generator, Sequence
 from pathlib import Path
 
 from rlanything_jax.agents.trajectory import JudgedEpisode
+from rlanything_jax.counts import Counts
 from rlanything_jax.curriculum.generators import (
     Ask,
     EnvironmentModel,
@@ -66,42 +67,38 @@ class GoalRewriteGenerator(Proposes):
         self.num_tries = num_tries
         self.max_new_tokens = max_new_tokens
         self.summary_max_new_tokens = summary_max_new_tokens
-        self._metrics: Counter = Counter()
-
-    @property
-    def metrics(self) -> Counter:
-        return self._metrics + self.model.metrics
 
     def proposal(self, raw: Task, active: Task, direction: str, accuracy: float,
                  episodes: Sequence[JudgedEpisode], step: int) -> Proposal:
         check_direction(direction)
-        summaries = yield from self._failure_summaries(raw, episodes, step)
+        summaries, counted = yield from self._failure_summaries(raw, episodes, step)
+        metrics: Counter = Counter(counted)
         prompts = goal_rewrite.goal_rewrite_prompts(raw, direction, accuracy, summaries, self.num_tries)
         if summaries and not self.model.fits(prompts[-1], self.max_new_tokens):
-            self._metrics["alfworld/goal/summaries_dropped_for_length"] += 1
+            metrics["alfworld/goal/summaries_dropped_for_length"] += 1
             prompts = goal_rewrite.goal_rewrite_prompts(raw, direction, accuracy, (), self.num_tries)
         texts = yield Ask(self.model, tuple(prompts), self.max_new_tokens,
                           self.model.sampling_seed(raw, step, "goal"), "alfworld/goal")
         candidate, counts = goal_rewrite.goal_candidate_from_outputs(raw, texts, self.out_dir,
                                                                      exclude_ids={active.task_id})
-        self._metrics.update({f"alfworld/goal/{k}": v for k, v in counts.items()})
-        self._metrics[f"env_model/{raw.kind}/{'proposed' if candidate else 'none'}"] += 1
-        return None if candidate is None else annotate(candidate, raw, "env_model", direction, step)
+        metrics.update({f"alfworld/goal/{k}": v for k, v in counts.items()})
+        metrics[f"env_model/{raw.kind}/{'proposed' if candidate else 'none'}"] += 1
+        return None if candidate is None else annotate(candidate, raw, "env_model", direction, step), metrics
 
     def _failure_summaries(self, raw: Task, episodes: Sequence[JudgedEpisode],
-                           step: int) -> Generator[Ask, list, list[tuple[int, str]]]:
+                           step: int) -> Generator[Ask, list, tuple[list[tuple[int, str]], Counts]]:
         failed = goal_rewrite.failed_episodes(episodes)
         if not failed:
-            return []
+            return [], {}
         prompts = tuple(goal_rewrite.failure_summary_prompt(e) for e in failed)
         texts = yield Ask(self.model, prompts, self.summary_max_new_tokens,
                           self.model.sampling_seed(raw, step, "summary"), "alfworld/summary")
-        summaries = []
+        summaries, metrics = [], Counter()
         for episode, text in zip(failed, texts):
             if text is None:
                 continue
             parsed = parse_failure_summary(text)
-            self._metrics[f"alfworld/summary/{parsed.status}"] += 1
+            metrics[f"alfworld/summary/{parsed.status}"] += 1
             if parsed.ok:
                 summaries.append((episode.episode.group_index, parsed.summary))
-        return summaries
+        return summaries, metrics

@@ -25,23 +25,19 @@ class ProblemRewriteGenerator(Proposes):
         self.min_tests = min_tests
         self.max_tests = max_tests
         self.sandbox_workers = sandbox_workers
-        self._metrics: Counter = Counter()
-
-    @property
-    def metrics(self) -> Counter:
-        return self._metrics + self.model.metrics
 
     def proposal(self, raw: Task, active: Task, direction: str, accuracy: float,
                  episodes: Sequence[JudgedEpisode], step: int) -> Proposal:
         del accuracy  # the prompt shows per-test pass rates instead
         check_direction(direction)
+        metrics: Counter = Counter()
         if not all(problems.is_stdio_task(t) or problems.is_function_task(t) for t in (raw, active)):
-            self._metrics[f"env_model/unsupported/{raw.payload.get('format')}"] += 1
-            return None
+            metrics[f"env_model/unsupported/{raw.payload.get('format')}"] += 1
+            return None, metrics
         try:
             rates = problems.measured_pass_rates(active, [j.episode for j in episodes], self.sandbox_workers)
         except Exception as error:  # noqa: BLE001 -- the prompt can go without pass rates
-            self._metrics["coding/pass_rates_failed"] += 1
+            metrics["coding/pass_rates_failed"] += 1
             log.warning("%s: could not measure pass rates: %r", active.task_id, error)
             rates = ()
         prompt = problems.problem_prompt(raw, active, direction, rates, num_tests=self.min_tests)
@@ -49,6 +45,6 @@ class ProblemRewriteGenerator(Proposes):
                           self.model.sampling_seed(raw, step, "problem"), "coding/problem")
         candidate, counts = problems.problem_candidate_from_outputs(raw, texts, self.min_tests, self.max_tests,
                                                                     exclude_ids={active.task_id})
-        self._metrics.update({f"coding/problem/{k}": v for k, v in counts.items()})
-        self._metrics[f"env_model/{raw.kind}/{'proposed' if candidate else 'none'}"] += 1
-        return None if candidate is None else annotate(candidate, raw, "env_model", direction, step)
+        metrics.update({f"coding/problem/{k}": v for k, v in counts.items()})
+        metrics[f"env_model/{raw.kind}/{'proposed' if candidate else 'none'}"] += 1
+        return None if candidate is None else annotate(candidate, raw, "env_model", direction, step), metrics

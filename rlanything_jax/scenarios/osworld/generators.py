@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from rlanything_jax.agents.trajectory import JudgedEpisode
+from rlanything_jax.counts import Counts
 from rlanything_jax.curriculum.generators import (
     Ask,
     EnvironmentModel,
@@ -152,26 +153,22 @@ def candidate_id(data: dict[str, Any], key: str, instruction: str) -> str:
 class KnobGenerator:
     def __init__(self, make_task):
         self.make_task = make_task   # (task JSON, pool id or None) -> Task
-        self.metrics: Counter = Counter()
 
     def proposal(self, raw: Task, active: Task, direction: str, accuracy: float,
                  episodes: Sequence[JudgedEpisode], step: int) -> Proposal:
-        return finished(self.propose(raw, active, direction, accuracy, episodes, step))
+        return finished(*self.propose(raw, active, direction, accuracy, episodes, step))
 
     def propose(self, raw: Task, active: Task, direction: str, accuracy: float,
-                episodes: Sequence[JudgedEpisode], step: int) -> Task | None:
+                episodes: Sequence[JudgedEpisode], step: int) -> tuple[Task | None, Counts]:
         del accuracy, episodes
         check_direction(direction)
         moved = rewrite(active.payload["source"], 1 if direction == "harder" else -1)
         if moved is None:
-            self.metrics["osworld/knobs/at_limit"] += 1
-            return None
+            return None, {"osworld/knobs/at_limit": 1}
         task = self.make_task(moved, None)
         if task.task_id in (raw.task_id, active.task_id):
-            self.metrics["osworld/knobs/unchanged"] += 1
-            return None
-        self.metrics["osworld/knobs/proposed"] += 1
-        return annotate(task, raw, "procedural", direction, step)
+            return None, {"osworld/knobs/unchanged": 1}
+        return annotate(task, raw, "procedural", direction, step), {"osworld/knobs/proposed": 1}
 
 
 class EvaluatorRewriteGenerator(Proposes):
@@ -180,11 +177,6 @@ class EvaluatorRewriteGenerator(Proposes):
         self.make_task = make_task
         self.num_samples = num_samples
         self.max_new_tokens = max_new_tokens
-        self._metrics: Counter = Counter()
-
-    @property
-    def metrics(self) -> Counter:
-        return self._metrics + self.model.metrics
 
     def proposal(self, raw: Task, active: Task, direction: str, accuracy: float,
                  episodes: Sequence[JudgedEpisode], step: int) -> Proposal:
@@ -193,16 +185,17 @@ class EvaluatorRewriteGenerator(Proposes):
         data = with_variants(active.payload["source"])
         texts = yield Ask(self.model, (rewrite_prompt(data, direction),) * self.num_samples, self.max_new_tokens,
                           self.model.sampling_seed(raw, step, "osworld"), "osworld/rewrite")
+        metrics: Counter = Counter()
         for text in texts:
             parsed, status = parse_rewrite(text, data["task_template"])
-            self._metrics[f"osworld/rewrite/{status}"] += 1
+            metrics[f"osworld/rewrite/{status}"] += 1
             if parsed is None:
                 continue
             key, instruction = parsed
             if data["current_task"].get(key) == instruction:
-                self._metrics["osworld/rewrite/unchanged"] += 1
+                metrics["osworld/rewrite/unchanged"] += 1
                 continue
             task = self.make_task(rewritten_task(data, key, instruction), candidate_id(data, key, instruction))
-            return annotate(task, raw, "env_model", direction, step)
-        self._metrics["osworld/rewrite/fallback_old_task"] += 1
-        return None
+            return annotate(task, raw, "env_model", direction, step), metrics
+        metrics["osworld/rewrite/fallback_old_task"] += 1
+        return None, metrics
