@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -225,12 +226,11 @@ def _adapt(pool: TaskPool, slot_indices: Sequence[int], groups: Mapping[str, Seq
         proposals.append(proposal_of(generator, slot.raw, slot.active, direction, acc,
                                      groups.get(slot.active.task_id, []), step))
     candidates, made = run_proposals(proposals)
-    counts: Counts = {f"curriculum/generator/{k}": v for k, v in made.items() if v}
+    counts: Counter = Counter({f"curriculum/generator/{k}": v for k, v in made.items() if v})
     if made.get("env_model/slot_steps"):   # the environment model's rows refilled across tasks' rewrites
         counts["curriculum/generator/env_model/slot_occupancy"] = occupancy(made, "env_model")
     for (index, direction, acc), candidate in zip(asked, candidates):
-        key = f"curriculum/proposals_{'made' if candidate else 'failed'}"
-        counts[key] = counts.get(key, 0) + 1
+        counts[f"curriculum/proposals_{'made' if candidate else 'failed'}"] += 1
         if candidate is not None:
             pool = propose(pool, index, Candidate(task=candidate, goal=direction, prev_acc=float(acc),
                                                   proposed_at=step))

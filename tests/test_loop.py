@@ -36,7 +36,7 @@ import pytest
 
 from rlanything_jax import assemble, sharding
 from rlanything_jax.agents.rollout import RolloutEngine
-from rlanything_jax.agents.trajectory import JudgedEpisode, ParsedJudgment
+from rlanything_jax.agents.trajectory import ParsedJudgment
 from rlanything_jax.config import load_config
 from rlanything_jax.curriculum.adaptation import accept_candidate
 from rlanything_jax.curriculum.task_pool import Candidate, TaskPool, propose
@@ -47,6 +47,7 @@ from rlanything_jax.reward_models.step_judging import StepJudging
 from rlanything_jax.rl.data import unpack
 from rlanything_jax.rl.train_state import init_train_state
 from rlanything_jax.scenarios.alfworld import env as alfworld
+from tests.loop_recorder import Recorder
 
 G = 8
 MAX_TURNS = 6
@@ -103,7 +104,7 @@ class _HashedJudge:
         return ParsedJudgment(score=(1, -1, 0)[code], valid=code < 2, status="hashed")
 
 
-def _services(cfg, workdir: Path, runner, script: _Script) -> tuple[Services, SystemState, list, "_Recorder"]:
+def _services(cfg, workdir: Path, runner, script: _Script) -> tuple[Services, SystemState, list, Recorder]:
     """What `run.build_system` builds (without warm start or checkpoints), each collaborator wrapped by a
     recorder that calls the real one."""
     # One device, as the default configuration runs on a CPU (the suite fakes 8, for sharding tests).
@@ -118,7 +119,7 @@ def _services(cfg, workdir: Path, runner, script: _Script) -> tuple[Services, Sy
         model, tokenizer = assemble.load_model(cfg, role, directory, mesh)
         samplers[role] = assemble.sampler_for(cfg, role, model, tokenizer, mesh)
         learners[role] = assemble.learner_for(cfg, role, model, tokenizer, mesh)
-    record = _Recorder()
+    record = Recorder()
     services = Services(
         policy=record.wrap_policy(RolloutEngine(samplers["policy"], runner, scenario.prompts, script.action)),
         reward_model=RewardModel(record.wrap_role(StepJudging(_HashedJudge(scenario.prompts))), samplers["reward"]),
@@ -129,71 +130,6 @@ def _services(cfg, workdir: Path, runner, script: _Script) -> tuple[Services, Sy
                         reward=init_train_state(samplers["reward"].params, learners["reward"].tx),
                         pool=TaskPool.from_tasks(tasks.train))
     return services, state, tasks.train, record, samplers, learners
-
-
-class _Recorder:
-    """Wraps each collaborator `rl_step` is given and keeps what it was given; the real one does the work."""
-
-    def __init__(self):
-        self.episodes, self.judgments, self.trained, self.proposals = [], [], [], []
-
-    def wrap_policy(self, engine):
-        recorder = self
-
-        class Policy:
-            def play(self, tasks, config, metrics):
-                episodes = engine.play(tasks, config, metrics)
-                recorder.episodes.append(episodes)
-                return episodes
-
-            def update_params(self, params):
-                engine.update_params(params)
-        return Policy()
-
-    def wrap_role(self, role):
-        recorder = self
-
-        class Role:
-            def __getattr__(self, name):   # the rest of the role: the real one's
-                return getattr(role, name)
-
-            def judge(self, reward_model, episodes, config, metrics):
-                judgments = role.judge(reward_model, episodes, config, metrics)
-                recorder.judgments.append(judgments.steps)
-                return judgments
-        return Role()
-
-    def wrap_trainer(self, learner):
-        recorder = self
-
-        class Trainer:
-            def train(self, state, examples, seed, metrics, prefix):
-                recorder.trained.append((prefix, learner, list(examples)))
-                return learner.train(state, examples, seed, metrics, prefix)
-        return Trainer()
-
-    def wrap_generator(self, generator):
-        recorder = self
-
-        class Generator:
-            metrics = generator.metrics
-
-            def propose(self, raw, active, direction, accuracy, episodes, step):
-                candidate = generator.propose(raw, active, direction, accuracy, episodes, step)
-                recorder.proposals.append((raw.task_id, direction, accuracy, step, candidate))
-                return candidate
-        return Generator()
-
-    def judged(self):
-        """This step's episodes with their judgments."""
-        (episodes,), (judgments,) = self.episodes, self.judgments
-        return [JudgedEpisode(e, j) for e, j in zip(episodes, judgments, strict=True)]
-
-    def reset(self):
-        self.episodes.clear()
-        self.judgments.clear()
-        self.trained.clear()
-        self.proposals.clear()
 
 
 # ------------------------------------------------------------------ expectations, by hand (numpy)

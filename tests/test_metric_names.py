@@ -46,16 +46,21 @@ def _prefix_of(name: str) -> str:
     return "curriculum/generator/" if GENERATORS.fullmatch(name) else ""
 
 
+STAGE_CALLS = ("train", "sample_each")   # calls whose last argument names the stage
+
+
 def _stage_names(tree: ast.AST, name: str) -> set[str]:
     """The stage names a module hands to code that names keys `<prefix>/...` or `<tag>/...`: a string passed
-    right after a `metrics` argument (`train(..., metrics, "policy")`, `sample_each(..., metrics, "judge")`),
-    as `tag=`, or a `tag`/`prefix` parameter's default."""
+    as the last positional argument of a stage's call (`train(..., seed, "policy")`, `sample_each(..., config,
+    "judge")`), as `tag=` or `prefix=`, or a `tag`/`prefix` parameter's default."""
     found = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
-            for before, arg in zip(node.args, node.args[1:]):
-                if isinstance(before, ast.Name) and before.id == "metrics" and isinstance(arg, ast.Constant):
-                    found.add(arg.value)
+            callee = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
+            if callee in STAGE_CALLS and node.args and isinstance(node.args[-1], ast.Constant):
+                found.add(node.args[-1].value)
+            found.update(k.value.value for k in node.keywords
+                         if k.arg == "prefix" and isinstance(k.value, ast.Constant))
             found.update(k.value.value for k in node.keywords
                          if k.arg == "tag" and isinstance(k.value, ast.Constant))
         elif isinstance(node, ast.arguments):

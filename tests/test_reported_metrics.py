@@ -104,12 +104,12 @@ class ScriptedRollouts:
     outcomes: dict[str, list[tuple[bool, str | None]]]
     calls: list[list[str]] = dataclasses.field(default_factory=list)
 
-    def play(self, tasks, config, metrics):
+    def play(self, tasks, config):
         self.calls.append([t.task_id for t in tasks])
         step = _episode("pen", ["look"], won=False).steps
         return [Episode(t, g, () if error else step, won=won, end_reason="env_error" if error else "done",
                         env_error=error)
-                for t in tasks for g, (won, error) in enumerate(self.outcomes[t.task_id][:config.group_size])]
+                for t in tasks for g, (won, error) in enumerate(self.outcomes[t.task_id][:config.group_size])], {}
 
     def update_params(self, params):
         pass

@@ -40,21 +40,20 @@ class GoRule:
     phase: str = "rule"
     held_out_judgments: int = 0
 
-    def judge(self, reward_model, episodes, config, metrics):
+    def judge(self, reward_model, episodes, config):
         steps = []
         for episode in episodes:
             scores = np.array([[1 if s.action == self.word else -1] * config.num_judgments for s in episode.steps],
                               np.int8).reshape(len(episode.steps), config.num_judgments)
             steps.append(StepJudgments(scores=scores, valid=np.ones(scores.shape, bool), texts=(), prompts=(),
                                        samples=()))
-        metrics["rule/steps"] += sum(len(e.steps) for e in episodes)
-        return Judgments(steps=tuple(steps), summary="by rule")
+        return Judgments(steps=tuple(steps), summary="by rule"), {"rule/steps": sum(len(e.steps) for e in episodes)}
 
     def policy_bonus(self, judgments, signal):
         return None
 
-    def training_examples(self, judgments, groups, signal, metrics):
-        return []
+    def training_examples(self, judgments, groups, signal):
+        return [], {}
 
     def warm_start_examples(self, tokenizer, task, steps, expert, env, rng, negatives_per_step, image_inputs=None):
         return []
@@ -77,12 +76,12 @@ class ScriptedPolicy:
     def __init__(self):
         self.params = None
 
-    def play(self, tasks, config, metrics):
+    def play(self, tasks, config):
         return [Episode(task=task, group_index=g, won=won, end_reason="won" if won else "max_steps",
                         steps=(StepRecord(observation=Observation("start"), prompt_tokens=(1, g),
                                           response_tokens=(2, g), logprobs=(-0.5, -0.5), response_text=action,
                                           finish_reason="stop", action=action, parse_status="ok"),))
-                for task in tasks for g, (action, won) in enumerate(PLAYS[:config.group_size])]
+                for task in tasks for g, (action, won) in enumerate(PLAYS[:config.group_size])], {}
 
     def update_params(self, params):
         self.params = params

@@ -15,7 +15,6 @@ votes +1, +1 on a won rollout's steps and -1, invalid on a lost one's.
 from __future__ import annotations
 
 import dataclasses
-from collections import Counter
 
 import numpy as np
 import pytest
@@ -54,7 +53,7 @@ class FakePolicy:
     def __init__(self):
         self.played, self.params = [], None
 
-    def play(self, tasks, config, metrics):
+    def play(self, tasks, config):
         self.played.append([t.task_id for t in tasks])
         episodes = []
         for task in tasks:
@@ -63,7 +62,7 @@ class FakePolicy:
                 steps = [_step(task, g, t) for t in range(1 if won else 2)]
                 episodes.append(Episode(task=task, group_index=g, steps=steps, won=won,
                                         end_reason="won" if won else "max_steps"))
-        return episodes
+        return episodes, {}
 
     def update_params(self, params):
         self.params = params
@@ -85,7 +84,7 @@ class ScriptedStepJudging(StepJudging):
 
     prompts: object = None
 
-    def judge(self, reward_model, episodes, config, metrics):
+    def judge(self, reward_model, episodes, config):
         out = []
         for e in episodes:
             n = len(e.steps)
@@ -94,28 +93,25 @@ class ScriptedStepJudging(StepJudging):
             out.append(StepJudgments(scores=scores, valid=valid, texts=(("",) * M,) * n,
                                      prompts=tuple((100 + int(e.task.task_id[1]), e.group_index, t) for t in range(n)),
                                      samples=tuple(tuple(((200 + j,), (-1.0,)) for j in range(M)) for _ in range(n))))
-        return Judgments(steps=tuple(out))
+        return Judgments(steps=tuple(out)), {}
 
 
 class RecordingTrainer:
     def __init__(self):
         self.examples = []
 
-    def train(self, state, examples, seed, metrics, prefix):
+    def train(self, state, examples, seed, prefix):
         self.examples.append(list(examples))
-        metrics[f"{prefix}/updates"] += 1
-        return FakeState(state.params + 1), {f"{prefix}/loss": 0.0}
+        return FakeState(state.params + 1), {f"{prefix}/loss": 0.0, f"{prefix}/updates": 1}
 
 
 class FakeGenerator:
-    metrics: Counter = Counter()
-
     def __init__(self):
         self.asked = []
 
     def propose(self, raw, active, direction, accuracy, episodes, step):
         self.asked.append((raw.task_id, direction, accuracy, len(episodes)))
-        return Task(f"{raw.task_id}-{direction}", "fake", "rewritten")
+        return Task(f"{raw.task_id}-{direction}", "fake", "rewritten"), {}
 
 
 def _settings(**changes) -> LoopSettings:
@@ -214,7 +210,7 @@ class ScriptedUnitTestWriting(UnitTestWriting):
     prompts: object = None
     groups: dict = dataclasses.field(default_factory=dict)   # what it was asked to write tests for
 
-    def write(self, reward_model, groups, config, metrics):
+    def write(self, reward_model, groups, config):
         self.groups.update({k: len(v) for k, v in groups.items()})
         out = {}
         for task_id, episodes in groups.items():
@@ -223,7 +219,7 @@ class ScriptedUnitTestWriting(UnitTestWriting):
                 prompt=(300,), samples=(((301,), (-1.0,)), ((302,), (-1.0,))),
                 tests=(ParsedUnitTest("1", "2", True, "ok"), ParsedUnitTest("", "", False, "missing_input")),
                 program_passes=np.stack([won, np.zeros_like(won)], axis=1), program_is_gt=won)
-        return out
+        return out, {}
 
 
 def test_a_unit_test_reward_model_is_written_to_trained_and_reported():

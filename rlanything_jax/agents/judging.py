@@ -61,7 +61,7 @@ def judge_prompts(reward_model: Sampler, prompts: StepJudgePrompts, prompt_token
     prefilled once and sampled m times. `prompt_images[i]` are prompt i's images, if any. With the call's
     counts (parse statuses, tokens, `judge/...` slots, `time/judge_sampling_s`)."""
     started = time.perf_counter()
-    samples, sampled = sample_each(reward_model, prompt_tokens, config, "judge", prompt_images)
+    samples, sampled = sample_each(reward_model, prompt_tokens, config, "judge", prompt_images=prompt_images)
     metrics: Counter = Counter(sampled)
     out: list[list[Judgment]] = []
     for completions in samples:

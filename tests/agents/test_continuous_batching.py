@@ -53,9 +53,9 @@ def _config(**changes) -> RolloutConfig:
 
 
 def _play(policy, runner, config: RolloutConfig) -> tuple[list, Counter]:
-    metrics = Counter()
     engine = RolloutEngine(policy, runner, PROMPTS, action_override=finish_at_task_length)
-    return engine.play(TASKS, config, metrics), metrics
+    episodes, counts = engine.play(TASKS, config)
+    return episodes, Counter(counts)
 
 
 @pytest.mark.slow   # ~60 s on a 2-core CPU
@@ -63,7 +63,7 @@ def test_refilled_slots_stay_busy_and_sample_what_a_full_batch_samples(policy, r
     sampler, model = policy
     continuous, metrics = _play(sampler, runner, _config(max_live_episodes=SLOTS))
     waves, wave_metrics = _play(sampler, runner, _config(max_live_episodes=SLOTS, continuous_batching=False))
-    everyone = play_episodes(sampler, runner, PROMPTS, TASKS, _config(), finish_at_task_length)
+    everyone, _ = play_episodes(sampler, runner, PROMPTS, TASKS, _config(), finish_at_task_length)
     # Two cohorts of 2 slots taking turns: each one's environments step while the other decodes.
     overlapped, overlap_metrics = _play(sampler, runner, _config(max_live_episodes=SLOTS, overlap_env_steps=True))
 

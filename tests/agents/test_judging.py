@@ -1,6 +1,5 @@
 """judge_episodes: each step's prompt is prefilled once, its m judgments land in the right slots."""
 
-from collections import Counter
 
 import pytest
 
@@ -55,9 +54,8 @@ def test_judgments_fill_every_slot_from_one_prefill_per_step(reward_model, batch
     episodes = [_episode("fetch the cup", 3), _episode("open door", 2), _episode("broken", 2, env_error="crash")]
     config = JudgeConfig(num_judgments=3, max_new_tokens=5, temperature=0.0, batch_size=batch_size,
                          continuous_batching=continuous_batching)
-    metrics = Counter()
     rows_before = reward_model.prefilled["rows"]
-    judgments = judge_episodes(reward_model, _Scenario(), episodes, config, metrics)
+    judgments, metrics = judge_episodes(reward_model, _Scenario(), episodes, config)
     assert reward_model.prefilled["rows"] - rows_before == 5  # one per judged step, not per judgment
 
     assert len(judgments) == 3 and judgments[2] is None   # the crashed episode is not judged

@@ -2,7 +2,6 @@
 evaluator score, TextWorld's points), the graded outcome only where the task grades it (coding), as the
 reference computes it (ALGORITHM.md 2.1, 5.3)."""
 
-from collections import Counter
 
 import numpy as np
 import pytest
@@ -48,8 +47,7 @@ def sampler(tmp_path_factory, qwen25_tokenizer):
 
 def _play(sampler, tasks, override=None, max_turns=2):
     config = RolloutConfig(group_size=1, max_turns=max_turns, max_new_tokens=4, max_context_tokens=4096)
-    return play_episodes(sampler, InProcessRunner(), ReferencePrompts(), tasks, config, action_override=override,
-                         metrics=Counter())
+    return play_episodes(sampler, InProcessRunner(), ReferencePrompts(), tasks, config, action_override=override)[0]
 
 
 def test_reported_scores_give_plus_or_minus_one_and_graded_outcomes_stay(sampler):
@@ -71,7 +69,7 @@ def test_a_lost_step_trains_the_reward_model_towards_the_outcome(sampler):
         judged.append(JudgedEpisode(episode, StepJudgments(
             scores=scores, valid=np.ones_like(scores, bool), texts=(("",) * 3,), prompts=((1,),),
             samples=(tuple(((2 + j,), (-0.1,)) for j in range(3)),))))
-    examples = reward_model_examples({"t": judged}, SignalConfig(band_low=0.0, band_high=1.0))
+    examples = reward_model_examples({"t": judged}, SignalConfig(band_low=0.0, band_high=1.0))[0]
     r2 = np.sqrt(2)
     assert [e.advantage for e in examples[:3]] == pytest.approx([-1 / r2, -1 / r2, r2])
 

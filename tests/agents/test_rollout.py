@@ -61,8 +61,8 @@ def _check_well_formed(episode, config, tokenizer):
 @pytest.mark.slow   # 20-90 s on a 2-core CPU (fast-tier budget)
 def test_random_policy_rollout_and_judgments_are_well_formed(sampler, tasks, runner):
     config = RolloutConfig(group_size=2, max_turns=3, max_new_tokens=8, max_context_tokens=8192)
-    metrics = Counter()
-    episodes = play_episodes(sampler, runner, SCENARIO, tasks, config, metrics=metrics)
+    episodes, counts = play_episodes(sampler, runner, SCENARIO, tasks, config)
+    metrics = Counter(counts)
     assert len(episodes) == 6 and {e.group_index for e in episodes} == {0, 1}
     for episode in episodes:
         assert episode.env_error is None and episode.end_reason in ("max_steps", "won", "done")
@@ -71,8 +71,8 @@ def test_random_policy_rollout_and_judgments_are_well_formed(sampler, tasks, run
     parsed = sum(v for k, v in metrics.items() if k.startswith("parse/text_game_action/"))
     assert parsed == steps == metrics["rollout/env_steps"]
     assert metrics["parse/text_game_action/no_boxed"] > 0   # random text falls back to index 0, counted
-    judgments = judge_episodes(sampler, SCENARIO, episodes,
-                               JudgeConfig(num_judgments=2, max_new_tokens=6, batch_size=16), metrics)
+    judgments, _ = judge_episodes(sampler, SCENARIO, episodes,
+                                  JudgeConfig(num_judgments=2, max_new_tokens=6, batch_size=16))
     for episode, judged in zip(episodes, judgments, strict=True):
         assert judged.scores.shape == judged.valid.shape == (len(episode.steps), 2)
         assert set(np.unique(judged.scores)) <= {-1, 0, 1}
@@ -88,8 +88,8 @@ def test_dialogue_prompts_reuse_the_cache(sampler, tasks, runner):
     """The dialogue form: each turn's prompt extends the previous prompt and response (the cache carries
     over, nothing is prefilled again), and its first prompt is the reference's."""
     config = RolloutConfig(group_size=1, max_turns=3, max_new_tokens=8, max_context_tokens=8192)
-    metrics = Counter()
-    episodes = play_episodes(sampler, runner, DialoguePrompts(), tasks[:2], config, metrics=metrics)
+    episodes, counts = play_episodes(sampler, runner, DialoguePrompts(), tasks[:2], config)
+    metrics = Counter(counts)
     assert metrics["rollout/reprefills"] == 0 and metrics["rollout/reprefilled_rows"] == 0
     for episode in episodes:
         for before, after in zip(episode.steps, episode.steps[1:]):
@@ -109,7 +109,7 @@ def test_forced_expert_actions_win_every_game(sampler, tasks, runner):
     def expert(episode, observation):
         return plans[episode.task.task_id][len(episode.steps) - 1]
 
-    episodes = play_episodes(sampler, runner, SCENARIO, tasks, config, action_override=expert)
+    episodes, _ = play_episodes(sampler, runner, SCENARIO, tasks, config, action_override=expert)
     assert all(e.won and e.end_reason == "won" for e in episodes)
     assert [len(e.steps) for e in episodes] == [len(plans[e.task.task_id]) for e in episodes]
 
@@ -122,9 +122,9 @@ def test_an_environment_killed_mid_episode_ends_only_its_episode(sampler, tasks,
     def kill_toy_on_second_step(episode, observation):
         return "sigkill" if episode.task.kind == "toy" and len(episode.steps) == 2 else None
 
-    metrics = Counter()
-    episodes = play_episodes(sampler, runner, SCENARIO, [doomed] + tasks[:2], config,
-                             action_override=kill_toy_on_second_step, metrics=metrics)
+    episodes, counts = play_episodes(sampler, runner, SCENARIO, [doomed] + tasks[:2], config,
+                                      action_override=kill_toy_on_second_step)
+    metrics = Counter(counts)
     assert episodes[0].end_reason == "env_error" and episodes[0].env_error and not episodes[0].trainable
     assert len(episodes[0].steps) == 2
     for episode in episodes[1:]:
@@ -139,7 +139,7 @@ def test_a_rollout_prints_progress_lines_of_episodes_done(sampler, tasks, runner
     monkeypatch.setattr(progress, "EVERY_S", 0.0)   # a line at every turn
     try:
         config = RolloutConfig(group_size=2, max_turns=2, max_new_tokens=4, max_context_tokens=8192)
-        episodes = play_episodes(sampler, runner, SCENARIO, tasks[:2], config)
+        episodes, _ = play_episodes(sampler, runner, SCENARIO, tasks[:2], config)
     finally:
         progress.set_sink(print)
     assert len(episodes) == 4 and lines[0].startswith("rollouts: 0/4 episodes (")

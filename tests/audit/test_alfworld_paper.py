@@ -55,17 +55,17 @@ class Recorder:
     def __init__(self, engine, judge):
         self.engine, self.judge_impl, self.episodes, self.judgments = engine, judge, [], []
 
-    def play(self, tasks, config, metrics):
-        self.episodes = self.engine.play(tasks, config, metrics)
-        return self.episodes
+    def play(self, tasks, config):
+        self.episodes, counts = self.engine.play(tasks, config)
+        return self.episodes, counts
 
     def __getattr__(self, name):   # the rest of the reward model's role: the real one's
         return getattr(self.judge_impl, name)
 
-    def judge(self, reward_model, episodes, config, metrics):
-        judgments = self.judge_impl.judge(reward_model, episodes, config, metrics)
+    def judge(self, reward_model, episodes, config):
+        judgments, counts = self.judge_impl.judge(reward_model, episodes, config)
         self.judgments = list(judgments.steps)
-        return judgments
+        return judgments, counts
 
     def update_params(self, params):
         pass

@@ -3,7 +3,6 @@ KV-cache decoding (joins and repacks included) and checkpoints equal the unrolle
 programs do not grow with depth."""
 
 import dataclasses
-from collections import Counter
 
 import jax
 import jax.numpy as jnp
@@ -133,10 +132,9 @@ def test_refilled_rows_join_and_repack_a_stacked_cache(models):
     prompts = [rng.integers(3, 200, size=n).tolist() for n in (40, 7, 33, 5, 21, 9)]
     stops = (0, 1, 2, 5, 9, 11)
     alone = Sampler(unrolled, config=SamplerConfig(max_cache_length=256)).generate(prompts, 24, stop_token_ids=stops)
-    metrics = Counter()
     sampler = Sampler(scanned, config=SamplerConfig(max_cache_length=256, min_window=32))
-    refilled = generate_in_slots(sampler, prompts, 24, slots=4, num_samples=2, stop_token_ids=stops, refill_every=2,
-                                 metrics=metrics, tag="test")
+    refilled, metrics = generate_in_slots(sampler, prompts, 24, slots=4, num_samples=2, stop_token_ids=stops,
+                                          refill_every=2, tag="test")
     assert metrics["test/joined_rows"] >= 2 and metrics["test/repacks"] >= 1
     for i, reference in enumerate(alone):
         for sample in refilled[2 * i:2 * i + 2]:

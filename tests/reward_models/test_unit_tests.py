@@ -73,8 +73,7 @@ def test_advantages_follow_the_reference_formula():
 
 
 def test_examples_one_per_test_of_tasks_with_a_gt_code():
-    metrics = Counter()
-    examples = unit_test_examples({"a": TASK_A, "b": TASK_B, "c": TASK_C}, metrics)
+    examples, metrics = unit_test_examples({"a": TASK_A, "b": TASK_B, "c": TASK_C})
     assert len(examples) == 5 + 3
     np.testing.assert_allclose([e.advantage for e in examples], Z_A + Z_B, rtol=1e-5)
     for k, example in enumerate(examples[:5]):
@@ -118,9 +117,9 @@ def sum_two():
 
 
 def test_judge_texts_parses_and_runs_every_valid_test_against_every_code(sum_two):
-    prompts, metrics = CodingPrompts(), Counter()
+    prompts = CodingPrompts()
     codes = [ADD, SUBTRACT, sum_two.payload["reference_solution"]]
-    tests, passes, is_gt = judge_texts(prompts, sum_two, codes, TEXTS, metrics)
+    tests, passes, is_gt, metrics = judge_texts(prompts, sum_two, codes, TEXTS)
     assert [(t.stdin, t.expected_stdout, t.valid) for t in tests] == [
         ("2 3", "5", True), ("0 0", "0", True), ("1 1", "3", True), ("", "", False), ("7 2", "5", True)]
     np.testing.assert_array_equal(passes, [[1, 1, 0, 0, 0], [0, 1, 0, 0, 1], [1, 1, 0, 0, 0]])
@@ -174,13 +173,12 @@ def test_write_unit_tests_with_a_real_sampler(reward_model, sum_two):
               reverse.task_id: [_episode(reverse, 0, "print(input())")],
               humaneval.task_id: [_episode(humaneval, 0, "def f(): pass")]}
     config = JudgeConfig(num_judgments=3, max_new_tokens=8, temperature=0.0, batch_size=3)
-    metrics = Counter()
     rows_before = reward_model.prefilled["rows"]
-    judgments = write_unit_tests(reward_model, prompts, groups, config, metrics)
+    judgments, metrics = write_unit_tests(reward_model, prompts, groups, config)
     assert reward_model.prefilled["rows"] - rows_before == 2   # one prefill per task, m samples each
     assert set(judgments) == {sum_two.task_id, reverse.task_id}
     assert metrics["unit_tests/tasks_without_gt_tests"] == 1 and metrics["unit_tests/tasks"] == 2
-    assert not metrics["unit_tests/prompts_over_limit"]
+    assert not metrics.get("unit_tests/prompts_over_limit")
 
     judged = judgments[sum_two.task_id]
     full = reward_model.tokenizer.encode_chat(prompts.unit_test_messages(sum_two))
@@ -199,13 +197,13 @@ def test_write_unit_tests_with_a_real_sampler(reward_model, sum_two):
     assert metrics["unit_tests/tokens"] == sum(len(t) for j in judgments.values() for t, _ in j.samples)
 
     role = UnitTestWriting(prompts)   # the role, as the loop uses it: every episode of the step, grouped by task
-    again = role.judge(reward_model, [e for episodes in groups.values() for e in episodes], config, Counter()).tasks
+    again = role.judge(reward_model, [e for episodes in groups.values() for e in episodes], config)[0].tasks
     assert again[sum_two.task_id].samples == judged.samples
 
 
 def test_sampled_tests_of_one_task_differ(reward_model, sum_two):
     config = JudgeConfig(num_judgments=4, max_new_tokens=8, temperature=1.0, top_p=1.0, seed=3)
-    judged = write_unit_tests(reward_model, CodingPrompts(), {"t": [_episode(sum_two, 0, ADD)]}, config, Counter())
+    judged, _ = write_unit_tests(reward_model, CodingPrompts(), {"t": [_episode(sum_two, 0, ADD)]}, config)
     assert len({tokens for tokens, _ in judged["t"].samples}) > 1
 
 
@@ -215,8 +213,8 @@ class _PlayedPrograms:
     def __init__(self, programs):
         self.programs = programs
 
-    def play(self, tasks, config, metrics):
-        return [_episode(t, g, program) for t in tasks for g, program in enumerate(self.programs[t.task_id])]
+    def play(self, tasks, config):
+        return [_episode(t, g, program) for t in tasks for g, program in enumerate(self.programs[t.task_id])], {}
 
     def update_params(self, params):
         pass
@@ -236,7 +234,7 @@ def test_evaluation_measures_the_reward_models_unit_tests_on_held_out_tasks(rewa
     _, figures = evaluation.reward_model_report(episodes, RewardModel(UnitTestWriting(prompts), reward_model), config,
                                                 None)
     groups = {t.task_id: [_episode(t, g, p) for g, p in enumerate(programs[t.task_id])] for t in (sum_two, reverse)}
-    expected = unit_test_metrics(write_unit_tests(reward_model, prompts, groups, config, Counter()))
+    expected = unit_test_metrics(write_unit_tests(reward_model, prompts, groups, config)[0])
     assert set(expected) == {"reward_model/unit_test_accuracy", "reward_model/unit_test_detect",
                              "reward_model/unit_test_valid"}
     assert figures == expected

@@ -1,6 +1,5 @@
 """Judged rollouts -> policy and reward-model examples, against hand-computed advantages."""
 
-from collections import Counter
 
 import numpy as np
 import pytest
@@ -36,17 +35,16 @@ def groups():
 
 def test_policy_advantages_per_step_index(groups):
     # R: won [1 + 1/3, 2], lost [-2]. Step 0: z-score of [4/3, -2] = [1, -1]; step 1: one rollout, raw 2.
-    metrics = Counter()
-    examples = policy_examples(groups, SignalConfig(), metrics)
+    examples, metrics = policy_examples(groups, SignalConfig())
     got = {tuple(e.prompt_ids): e.advantage for e in examples}
     assert got == {(0, 0): pytest.approx(1.0), (0, 1): pytest.approx(2.0), (1, 0): pytest.approx(-1.0)}
     assert metrics["policy_data/examples"] == 3
 
 
 def test_outcome_only_and_step_only_ablations(groups):
-    outcome_only = policy_examples(groups, SignalConfig(step_weight=0.0))
+    outcome_only = policy_examples(groups, SignalConfig(step_weight=0.0))[0]
     assert sorted(e.advantage for e in outcome_only) == pytest.approx([-1.0, 1.0, 1.0])   # step 1 raw O = 1
-    step_only = policy_examples(groups, SignalConfig(outcome_weight=0.0))
+    step_only = policy_examples(groups, SignalConfig(outcome_weight=0.0))[0]
     # R: won [1/3, 1], lost [-1] -> step 0 z-score [1, -1], step 1 raw 1.
     assert sorted(e.advantage for e in step_only) == pytest.approx([-1.0, 1.0, 1.0])
 
@@ -55,14 +53,14 @@ def test_step_only_keeps_the_outcome_in_the_reward_models_label(groups):
     """Fig. 1(2)'s "optimized step-wise reward" row drops O from the policy's reward only: the reward model
     is still trained on R = O + mean(S) (without O it would learn to agree with its own majority)."""
     step_only = SignalConfig(outcome_weight=0.0)
-    full = [e.advantage for e in reward_model_examples(groups, SignalConfig())]
-    assert [e.advantage for e in reward_model_examples(groups, step_only)] == pytest.approx(full)
+    full = [e.advantage for e in reward_model_examples(groups, SignalConfig())[0]]
+    assert [e.advantage for e in reward_model_examples(groups, step_only)[0]] == pytest.approx(full)
     # Step (won, 0) with its label's outcome removed too: R = 1/3 > 0 still, same z-scores; the lost step
     # ([-1, -1, -1]) also agrees: so check a lost step whose votes split, where the sign of R flips.
     lost = _episode(1, False, [[1, 1, -1]])
     rows = {"t": [_episode(0, True, [[1, 1, 1]]), lost]}
-    with_outcome = [e.advantage for e in reward_model_examples(rows, SignalConfig())][3:]
-    without = [e.advantage for e in reward_model_examples(rows, SignalConfig(reward_model_outcome_weight=0.0))][3:]
+    with_outcome = [e.advantage for e in reward_model_examples(rows, SignalConfig())[0]][3:]
+    without = [e.advantage for e in reward_model_examples(rows, SignalConfig(reward_model_outcome_weight=0.0))[0]][3:]
     # R = -1 + 1/3 = -2/3: R*S = [-2/3, -2/3, 2/3] -> z [-1/sqrt2, -1/sqrt2, sqrt2]; without O, R = +1/3.
     r2 = np.sqrt(2)
     assert with_outcome == pytest.approx([-1 / r2, -1 / r2, r2])
@@ -71,14 +69,15 @@ def test_step_only_keeps_the_outcome_in_the_reward_models_label(groups):
 
 def test_tasks_out_of_the_accuracy_band_are_skipped(groups):
     all_won = {"t": [_episode(0, True, [[1, 1, 1]]), _episode(1, True, [[1, 1, -1]])]}
-    metrics = Counter()
-    assert policy_examples(all_won, SignalConfig(), metrics) == []
-    assert reward_model_examples(all_won, SignalConfig(), metrics) == []
-    assert metrics["policy_data/tasks_out_of_band"] == 1 and metrics["reward_model_data/tasks_out_of_band"] == 1
+    policy, policy_counts = policy_examples(all_won, SignalConfig())
+    reward_model, reward_model_counts = reward_model_examples(all_won, SignalConfig())
+    assert policy == [] and reward_model == []
+    assert policy_counts["policy_data/tasks_out_of_band"] == 1
+    assert reward_model_counts["reward_model_data/tasks_out_of_band"] == 1
 
 
 def test_reward_model_consistency_advantages(groups):
-    examples = reward_model_examples(groups, SignalConfig())
+    examples = reward_model_examples(groups, SignalConfig())[0]
     # Step (won, 0): R = 4/3, S = [1, 1, -1] -> R*S z-scored = [1/sqrt2, 1/sqrt2, -sqrt2];
     # the other steps' judgments all agree (zero variance) -> 0.
     nonzero = sorted(e.advantage for e in examples if e.advantage != 0)
@@ -92,8 +91,8 @@ def test_balanced_reward_model_labels_weigh_both_signs_equally():
     # votes disagree). n+ = 1, n- = 3, n = 4: the positive step weighs 4/2 = 2, the negative ones 4/6 = 2/3.
     won = _episode(0, True, [[1, 1, -1]])
     lost = _episode(1, False, [[1, -1, -1], [-1, -1, -1], [-1, -1, -1]])
-    plain = [e.advantage for e in reward_model_examples({"t": [won, lost]}, SignalConfig())]
-    balanced = [e.advantage for e in reward_model_examples({"t": [won, lost]}, SignalConfig(balance_labels=True))]
+    plain = [e.advantage for e in reward_model_examples({"t": [won, lost]}, SignalConfig())[0]]
+    balanced = [e.advantage for e in reward_model_examples({"t": [won, lost]}, SignalConfig(balance_labels=True))[0]]
     np.testing.assert_allclose(balanced, np.array(plain) * np.repeat([2.0, 2 / 3, 2 / 3, 2 / 3], 3), atol=1e-6)
     # won step: R*S = 4/3 * [1, 1, -1] -> z [1/sqrt2, 1/sqrt2, -sqrt2]; lost step 0: R = -1 - 1/3, R*S = [-4/3, 4/3,
     # 4/3] -> z [-sqrt2, 1/sqrt2, 1/sqrt2]
@@ -111,11 +110,12 @@ def test_action_fallback_penalty_lowers_the_policy_reward_of_that_step_only():
         r = np.asarray(r)
         return list((r - r.mean()) / r.std())
 
-    plain = {e.prompt_ids[0]: e.advantage for e in policy_examples(groups, SignalConfig())}
+    plain = {e.prompt_ids[0]: e.advantage for e in policy_examples(groups, SignalConfig())[0]}
     assert [plain[g] for g in range(3)] == pytest.approx(zscore([2, 1 + 1 / 3, -2]), rel=1e-5)
     penalised = {e.prompt_ids[0]: e.advantage
-                 for e in policy_examples(groups, SignalConfig(action_fallback_penalty=0.5))}
+                 for e in policy_examples(groups, SignalConfig(action_fallback_penalty=0.5))[0]}
     assert [penalised[g] for g in range(3)] == pytest.approx(zscore([2, 1 + 1 / 3 - 0.5, -2]), rel=1e-5)
     # The reward model's consistency reward keeps the reference's R (no penalty): b's step, R = 4/3.
-    rm = [e.advantage for e in reward_model_examples(groups, SignalConfig(action_fallback_penalty=0.5)) if e.advantage]
+    rm, _ = reward_model_examples(groups, SignalConfig(action_fallback_penalty=0.5))
+    rm = [e.advantage for e in rm if e.advantage]
     assert rm == pytest.approx([1 / np.sqrt(2), 1 / np.sqrt(2), -np.sqrt(2)], rel=1e-5)

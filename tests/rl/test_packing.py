@@ -1,7 +1,6 @@
 """Turn packing: one example per multi-turn episode trains exactly as its per-step examples, at O(T) tokens."""
 
 import dataclasses
-from collections import Counter
 
 import jax
 import numpy as np
@@ -84,9 +83,8 @@ def _assert_same_training(reference, packed, aggregation):
 @pytest.mark.parametrize("aggregation", ["sequence_mean", "token_mean"])
 def test_packed_episodes_train_as_their_steps(aggregation):
     groups = _groups()
-    reference = policy_examples(groups, SignalConfig())
-    metrics = Counter()
-    packed = policy_examples(groups, SignalConfig(), metrics, pack_turns=True)
+    reference = policy_examples(groups, SignalConfig())[0]
+    packed, metrics = policy_examples(groups, SignalConfig(), pack_turns=True)
     assert len(reference) == 7 and len(packed) == 2 and all(e.segments is not None for e in packed)
     assert metrics["policy_data/packed_episodes"] == 2 and metrics["policy_data/examples"] == 2
     assert [len(e.segments) for e in packed] == [4, 3]
@@ -98,7 +96,7 @@ def test_packed_episodes_train_as_their_steps(aggregation):
 @pytest.mark.parametrize("advantages,spans", [([1.5, 0.0, -0.7, 0.0], [(0, 4), (18, 20)]),
                                                ([0.0, 1.5, 0.0, 0.0], [(9, 13)])])
 def test_zero_advantage_steps_carry_no_loss(advantages, spans):
-    steps = policy_examples(_groups(1), SignalConfig())[:4]   # the won episode
+    steps = policy_examples(_groups(1), SignalConfig())[0][:4]   # the won episode
     steps = [dataclasses.replace(s, advantage=a) for s, a in zip(steps, advantages)]
     packed = pack_turns(steps)
     (kept,), counts = prepare_examples([packed], DATA)
@@ -112,7 +110,7 @@ def test_zero_advantage_steps_carry_no_loss(advantages, spans):
 
 
 def test_eos_rules_and_counts():
-    steps = policy_examples(_groups(), SignalConfig())[:4]
+    steps = policy_examples(_groups(), SignalConfig())[0][:4]
     plain, plain_counts = prepare_examples(steps, DATA)
     packed, counts = prepare_examples([pack_turns(steps)], DATA)
     assert counts["eos_appended"] == plain_counts["eos_appended"] == 2   # the length-cut step 1 and last step 3
@@ -142,11 +140,11 @@ def test_stop_strings_get_no_eos_when_packed():
     wrote there: the last one gets no EOS appended, and an earlier one keeps the episode unpacked."""
     rng = np.random.RandomState(0)
     last = _episode(0, True, [[10, 11, EOS], [13, 14, 15]], rng, finish={1: "stop_string"})
-    steps = [dataclasses.replace(e, advantage=1.0) for e in policy_examples({"t": [last]}, EVERY_TASK)]
+    steps = [dataclasses.replace(e, advantage=1.0) for e in policy_examples({"t": [last]}, EVERY_TASK)[0]]
     (packed,), counts = prepare_examples([pack_turns(steps)], DATA)
     assert counts["eos_appended"] == 0 and list(packed.response_ids[-3:]) == [13, 14, 15]
     middle = _episode(0, True, [[10, 11], [13, EOS]], rng, finish={0: "stop_string"})
-    steps = [dataclasses.replace(e, advantage=1.0) for e in policy_examples({"t": [middle]}, EVERY_TASK)]
+    steps = [dataclasses.replace(e, advantage=1.0) for e in policy_examples({"t": [middle]}, EVERY_TASK)[0]]
     assert pack_turns(steps) is None
     kept, counts = prepare_examples(steps, DATA)
     assert counts["eos_appended"] == 0 and list(kept[0].response_ids) == [10, 11]
@@ -158,13 +156,12 @@ def test_fallbacks_to_per_step_examples():
     steps = list(won.episode.steps)
     steps[2] = dataclasses.replace(steps[2], prompt_tokens=steps[2].prompt_tokens[3:])   # a left-truncated history
     groups["t"][0] = dataclasses.replace(won, episode=dataclasses.replace(won.episode, steps=steps))
-    metrics = Counter()
-    examples = policy_examples(groups, SignalConfig(), metrics, pack_turns=True)
+    examples, metrics = policy_examples(groups, SignalConfig(), pack_turns=True)
     assert metrics["policy_data/unpacked_episodes"] == 1 and metrics["policy_data/packed_episodes"] == 1
     assert sum(e.segments is None for e in examples) == 4 and len(examples) == 5
 
     # Longer than max_prompt_tokens + max_response_tokens: the per-step examples, under the plain rules.
-    steps = policy_examples(_groups(), SignalConfig())[:4]
+    steps = policy_examples(_groups(), SignalConfig())[0][:4]
     tight = dataclasses.replace(DATA, max_prompt_tokens=20, max_response_tokens=4, overlong_prompt="drop")
     kept, counts = prepare_examples([pack_turns(steps)], tight)
     plain, plain_counts = prepare_examples(steps, tight)
@@ -197,7 +194,7 @@ def test_a_realistic_episode_costs_o_t_tokens():
 
 def test_collate_keeps_mixed_rows_in_the_bucket():
     """A packed row (short prompt, long response) next to a plain one (long prompt): rows shift left to fit."""
-    packed = pack_turns(policy_examples(_groups(), SignalConfig())[:4])
+    packed = pack_turns(policy_examples(_groups(), SignalConfig())[0][:4])
     plain = Example(list(range(5, 45)), [7, EOS], 1.0, [-1.0, -1.0])
     kept, _ = prepare_examples([packed, plain], DATA)
     batch = collate(kept, dataclasses.replace(DATA, batch_size=2, aggregation="sequence_mean"))
@@ -235,12 +232,11 @@ def test_phase_trains_packed_examples_like_their_steps():
     for pack in (False, True):
         graphdef, params = nnx.split(Decoder(MODEL, rngs=nnx.Rngs(0)))   # the step donates the state
         learner = Learner(graphdef=graphdef, train_config=train, mesh=mesh, eos_id=EOS, pad_id=0)
-        metrics = Counter()
         _, phase_metrics = train_phase(learner, init_train_state(params, learner.tx),
-                                       policy_examples(_groups(), SignalConfig(), pack_turns=pack), seed=0,
-                                       metrics=metrics)
-        assert metrics["policy/updates"] == 1
+                                       policy_examples(_groups(), SignalConfig(), pack_turns=pack)[0], seed=0)
+        assert phase_metrics["policy/updates"] == 1
         results.append(phase_metrics)
+    metrics = results[-1]
     assert metrics["policy_data/packed_segments"] == 7 and metrics["policy_data/kept"] == 2
     for name in ("policy/loss", "policy/kl", "policy/entropy", "policy/clip_fraction"):
         np.testing.assert_allclose(results[1][name], results[0][name], atol=1e-5, err_msg=name)
@@ -256,10 +252,9 @@ def test_ppo_epochs_repeat_the_pass_against_the_sampler_logprobs():
         graphdef, params = nnx.split(Decoder(MODEL, rngs=nnx.Rngs(0)))
         learner = Learner(graphdef=graphdef, train_config={**train, "ppo_epochs": epochs}, mesh=mesh, eos_id=EOS,
                           pad_id=0)
-        metrics = Counter()
-        examples = policy_examples(_groups(), SignalConfig(), pack_turns=True)
-        state, phase_metrics = train_phase(learner, init_train_state(params, learner.tx), examples, seed=0,
-                                           metrics=metrics)
+        examples = policy_examples(_groups(), SignalConfig(), pack_turns=True)[0]
+        state, phase_metrics = train_phase(learner, init_train_state(params, learner.tx), examples, seed=0)
+        metrics = phase_metrics
         assert metrics["policy/updates"] == epochs and int(state.step) == epochs
         assert metrics["policy_data/kept"] == 2   # the data is prepared once
         ratios.append(phase_metrics["policy/ratio_mean"])

@@ -136,8 +136,8 @@ def test_tempered_nucleus_rollouts_record_the_models_logprobs_across_extended_tu
     sampler, model = f32
     config = RolloutConfig(group_size=2, max_turns=3, max_new_tokens=8, max_context_tokens=MAX_CACHE,
                            temperature=0.8, top_p=0.95, seed=3)
-    metrics = Counter()
-    episodes = play_episodes(sampler, runner, PROMPTS, TASKS, config, metrics=metrics)
+    episodes, counts = play_episodes(sampler, runner, PROMPTS, TASKS, config)
+    metrics = Counter(counts)
     # Turns 2 and 3 append to each row's cache (Sampler.extend); nothing was re-prefilled.
     assert metrics["rollout/compactions"] == 0
     check_continued_caches(episodes, turns=3)
@@ -159,8 +159,8 @@ def test_top_k_rollouts_record_the_untruncated_logprobs(f32, runner, slots):
     top_k = 4
     config = RolloutConfig(group_size=2, max_turns=3, max_new_tokens=8, max_context_tokens=MAX_CACHE,
                            temperature=1.0, top_k=top_k, top_p=1.0, seed=4)
-    metrics = Counter()
-    episodes = play_episodes(sampler, runner, PROMPTS, TASKS, config, metrics=metrics, slots=slots)
+    episodes, counts = play_episodes(sampler, runner, PROMPTS, TASKS, config, slots=slots)
+    metrics = Counter(counts)
     assert metrics["rollout/compactions"] == 0
     assert metrics["rollout/joined_rows"] == (2 if slots else 0)
     check_continued_caches(episodes, turns=3)
@@ -196,8 +196,8 @@ def test_logprobs_after_a_repack_and_up_to_a_full_context(f32, runner, monkeypat
     monkeypatch.setattr(sampler, "repack", recording_repack)
     config = RolloutConfig(group_size=2, max_turns=8, max_new_tokens=8, max_context_tokens=MAX_CACHE,
                            temperature=0.8, top_p=0.95, seed=5)
-    metrics = Counter()
-    episodes = play_episodes(sampler, runner, PROMPTS, TASKS, config, metrics=metrics)
+    episodes, counts = play_episodes(sampler, runner, PROMPTS, TASKS, config)
+    metrics = Counter(counts)
     assert metrics["rollout/repacks"] >= 1 and metrics["rollout/compactions"] == 0 and len(prefilled) == 1
     assert metrics["episodes/context_full"] >= 1
     assert any(e.end_reason == "context_full" for e in episodes)
@@ -218,7 +218,7 @@ def test_bfloat16_rollouts_match_the_bfloat16_trainer(model_dir, qwen25_tokenize
     sampler = Sampler(model, tokenizer=qwen25_tokenizer, config=SamplerConfig(max_cache_length=MAX_CACHE))
     config = RolloutConfig(group_size=2, max_turns=3, max_new_tokens=8, max_context_tokens=MAX_CACHE,
                            temperature=0.8, top_p=0.95, seed=3)
-    episodes = play_episodes(sampler, runner, PROMPTS, TASKS, config)
+    episodes, _ = play_episodes(sampler, runner, PROMPTS, TASKS, config)
     check_continued_caches(episodes, turns=3)
     steps = [s for e in episodes for s in e.steps]
     largest_logit = max(float(np.abs(logits).max()) for _, logits in trainer_logprobs(model, steps))

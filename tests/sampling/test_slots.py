@@ -6,7 +6,6 @@ tokens. Greedy, a row's tokens are a function of its own prompt only: generation
 must equal one batch of all 12, token for token, with the same log-probabilities.
 """
 
-from collections import Counter
 
 import numpy as np
 import pytest
@@ -50,9 +49,8 @@ def test_refilled_rows_generate_what_one_batch_generates(model, one_batch, max_c
     lengths = [len(c.token_ids) for c in one_batch]
     assert min(lengths) <= 5 and max(lengths) == MAX_NEW   # mixed lengths, or the test shows nothing
     sampler = Sampler(model, config=SamplerConfig(max_cache_length=max_cache_length, min_window=32))
-    metrics = Counter()
-    slots = generate_in_slots(sampler, PROMPTS, MAX_NEW, slots=4, stop_token_ids=STOPS, refill_every=8,
-                              metrics=metrics, tag="test")
+    slots, metrics = generate_in_slots(sampler, PROMPTS, MAX_NEW, slots=4, stop_token_ids=STOPS, refill_every=8,
+                                       tag="test")
     for alone, refilled in zip(one_batch, slots):
         assert refilled.token_ids == alone.token_ids
         assert refilled.finish_reason == alone.finish_reason
@@ -68,8 +66,8 @@ def test_refilled_rows_generate_what_one_batch_generates(model, one_batch, max_c
 
 def test_a_prompts_samples_share_one_prefill(model, one_batch):
     sampler = Sampler(model, config=SamplerConfig(max_cache_length=512, min_window=32))
-    out = generate_in_slots(sampler, PROMPTS, MAX_NEW, slots=5, num_samples=2, stop_token_ids=STOPS,
-                            refill_every=8)
+    out, _ = generate_in_slots(sampler, PROMPTS, MAX_NEW, slots=5, num_samples=2, stop_token_ids=STOPS,
+                               refill_every=8)
     assert sampler.prefilled["rows"] == len(PROMPTS)   # 2 prompts (4 rows) at a time, each prefilled once
     for i, alone in enumerate(one_batch):               # prompt-major, as Sampler.generate
         assert out[2 * i].token_ids == out[2 * i + 1].token_ids == alone.token_ids
@@ -80,8 +78,9 @@ def test_sampled_generations_are_reproducible_and_follow_the_seed(model):
     strategy = make_strategy(1.0, top_p=0.9)
 
     def sample(seed):
-        return [c.token_ids for c in generate_in_slots(sampler, PROMPTS, MAX_NEW, strategy, slots=4, num_samples=2,
-                                                       seed=seed, stop_token_ids=STOPS, refill_every=8)]
+        completions, _ = generate_in_slots(sampler, PROMPTS, MAX_NEW, strategy, slots=4, num_samples=2,
+                                           seed=seed, stop_token_ids=STOPS, refill_every=8)
+        return [c.token_ids for c in completions]
 
     first = sample(3)
     assert first == sample(3) != sample(4)

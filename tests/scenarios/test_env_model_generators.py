@@ -57,28 +57,30 @@ def test_random_env_model_on_alfworld_counts_and_the_chain_falls_back(env_model,
                                  summary_max_new_tokens=8)
     chain = GeneratorChain([model, ProceduralGenerator(procedural_maker(tmp_path))])
     episodes = failed_alfworld_episodes(raw_alfworld)
-    candidate = chain.propose(raw_alfworld, raw_alfworld, "harder", 1 / 3, episodes, step=5)
+    candidate, counts = chain.propose(raw_alfworld, raw_alfworld, "harder", 1 / 3, episodes, step=5)
     assert sampler.batches == [2, 3]  # one call for the two failure summaries, one for all tries
-    summaries = sum(v for k, v in model.metrics.items() if k.startswith("alfworld/summary/") and "tokens" not in k)
+    summaries = sum(v for k, v in counts.items() if k.startswith("alfworld/summary/") and "tokens" not in k)
     assert summaries == 2
-    assert model.metrics["alfworld/goal/unparseable"] == 3 and model.metrics["env_model/alfworld/none"] == 1
+    assert counts["alfworld/goal/unparseable"] == 3 and counts["env_model/alfworld/none"] == 1
     # The model's nonsense gives nothing; the knobs do.
     assert candidate.payload["proposed_by"] == "procedural"
     assert alfworld.knobs_of(candidate) == harder_knobs(ROOM)
-    assert chain.metrics["alfworld/goal/unparseable"] == 3
+    assert counts["procedural/alfworld/accepted"] == 1   # the chain's counts: both generators'
 
 
 def test_random_env_model_on_coding_counts_and_returns_none(env_model, sum_two, tmp_path):
     sampler = CountingSampler(env_model)
     model = ProblemRewriteGenerator(EnvironmentModel(sampler, seed=2), max_new_tokens=8)
     episodes = [JudgedEpisode(Episode(task=sum_two, group_index=0, steps=[step_record(sum_two.goal, "print(0)")]))]
-    assert model.propose(sum_two, sum_two, "easier", 0.0, episodes, step=1) is None
+    candidate, counts = model.propose(sum_two, sum_two, "easier", 0.0, episodes, step=1)
+    assert candidate is None
     assert sampler.batches == [3] and sampler.prefilled == [1]   # the rewrite prompt, prefilled once
-    assert model.metrics["coding/problem/unparseable"] == 3 and model.metrics["env_model/coding/none"] == 1
+    assert counts["coding/problem/unparseable"] == 3 and counts["env_model/coding/none"] == 1
     humaneval = coding.humaneval_tasks()[0]   # a function problem is rewritten too
-    assert model.propose(humaneval, humaneval, "harder", 1.0, [], step=1) is None
-    assert sampler.batches == [3, 3] and model.metrics["env_model/coding/none"] == 2
-    assert not any(k.startswith("env_model/unsupported") for k in model.metrics)
+    candidate, counts = model.propose(humaneval, humaneval, "harder", 1.0, [], step=1)
+    assert candidate is None
+    assert sampler.batches == [3, 3] and counts["env_model/coding/none"] == 1   # this call's count, no total
+    assert not any(k.startswith("env_model/unsupported") for k in counts)
 
 
 def test_humaneval_problems_are_rewritten_into_stdio_problems(env_model):
@@ -95,7 +97,7 @@ def test_humaneval_problems_are_rewritten_into_stdio_problems(env_model):
     with pytest.raises(StopIteration) as stop:
         proposal.send(["no json", problem_json("Read three integers on one line and print their sum.",
                                                 THREE_SUMS)])
-    task = stop.value.value
+    task, _ = stop.value.value
     assert task.payload["format"] == "stdio" and task.task_id.startswith("HumanEval/53/gen-")
     assert task.payload["proposed_by"] == "env_model" and task.payload["direction"] == "harder"
     assert coding.task_verdicts(task, "print(sum(map(int, input().split())))") == [coding.PASSED] * 6
@@ -106,24 +108,26 @@ def test_prompts_too_long_for_the_cache_are_dropped_and_counted(env_model, raw_a
     model = GoalRewriteGenerator(EnvironmentModel(sampler), tmp_path, num_tries=2, max_new_tokens=8000,
                                  summary_max_new_tokens=8000)
     episodes = failed_alfworld_episodes(raw_alfworld)
-    assert model.propose(raw_alfworld, raw_alfworld, "easier", 0.0, episodes, step=1) is None
+    candidate, counts = model.propose(raw_alfworld, raw_alfworld, "easier", 0.0, episodes, step=1)
+    assert candidate is None
     coding_model = ProblemRewriteGenerator(EnvironmentModel(sampler), max_new_tokens=8000)
-    assert coding_model.propose(sum_two, sum_two, "harder", 1.0, [], step=1) is None
+    coding_candidate, coding_counts = coding_model.propose(sum_two, sum_two, "harder", 1.0, [], step=1)
+    assert coding_candidate is None
     assert sampler.batches == []  # nothing fits 8192 columns: the sampler is never asked
-    assert model.metrics["alfworld/summary/prompt_too_long"] == 2
-    assert model.metrics["alfworld/goal/prompt_too_long"] == 2 and model.metrics["alfworld/goal/not_generated"] == 2
-    assert coding_model.metrics["coding/problem/prompt_too_long"] == 3
+    assert counts["alfworld/summary/prompt_too_long"] == 2
+    assert counts["alfworld/goal/prompt_too_long"] == 2 and counts["alfworld/goal/not_generated"] == 2
+    assert coding_counts["coding/problem/prompt_too_long"] == 3
 
 
 def test_repeated_prompts_are_prefilled_once_and_answered_in_their_places(env_model):
     sampler = CountingSampler(env_model)
     model = EnvironmentModel(sampler, temperature=0.0)   # greedy: every sample of a prompt is its one answer
     first, second = ([{"role": "user", "content": text}] for text in ("Rewrite the task.", "Make it harder, please."))
-    texts = model.generate([first, second, first, second], 6, seed=0, tag="t")
-    alone = [model.generate([prompt], 6, seed=0, tag="t")[0] for prompt in (first, second)]
+    texts, _ = model.generate([first, second, first, second], 6, seed=0, tag="t")
+    alone = [model.generate([prompt], 6, seed=0, tag="t")[0][0] for prompt in (first, second)]
     assert texts == alone * 2 and alone[0] != alone[1]
     assert sampler.prefilled[0] == 2 and sampler.batches[0] == 4
-    assert model.generate([first, first, second], 6, seed=0, tag="t") == [alone[0], alone[0], alone[1]]
+    assert model.generate([first, first, second], 6, seed=0, tag="t")[0] == [alone[0], alone[0], alone[1]]
     assert sampler.prefilled[-1] == 3   # unequal repeats: one row per prompt, as before
 
 
@@ -135,13 +139,14 @@ def test_a_steps_rewrites_share_the_env_models_rows(env_model):
     model = EnvironmentModel(env_model, temperature=0.0, batch_size=6)
     generator = ProblemRewriteGenerator(model, max_new_tokens=8)
     before = env_model.prefilled["rows"]
-    assert run_proposals([generator.proposal(t, t, "harder", 1.0, [], step=2) for t in tasks]) == [None] * 3
+    candidates, counts = run_proposals([generator.proposal(t, t, "harder", 1.0, [], step=2) for t in tasks])
+    assert candidates == [None] * 3
     assert env_model.prefilled["rows"] - before == 3
-    assert generator.metrics["coding/problem/unparseable"] == 9
-    assert 0 < model.metrics["env_model/busy_slot_steps"] <= 9 * 8 and model.metrics["env_model/slot_steps"] > 0
+    assert counts["coding/problem/unparseable"] == 9
+    assert 0 < counts["env_model/busy_slot_steps"] <= 9 * 8 and counts["env_model/slot_steps"] > 0
     asks = [Ask(model, (problem_prompt(t, t, "harder", ()),) * 3, 8, seed=0, tag="t") for t in tasks]
-    together = model.answer(asks)
-    assert together == [model.answer([ask])[0] for ask in asks] and len({texts[0] for texts in together}) == 3
+    together, _ = model.answer(asks)
+    assert together == [model.answer([ask])[0][0] for ask in asks] and len({texts[0] for texts in together}) == 3
 
 
 def test_a_chain_drives_its_model_generator_and_falls_back_inside_one_proposal(env_model, raw_alfworld, tmp_path):
@@ -155,5 +160,6 @@ def test_a_chain_drives_its_model_generator_and_falls_back_inside_one_proposal(e
     assert isinstance(ask, Ask) and len(ask.prompts) == 2 and ask.tag == "alfworld/goal"
     with pytest.raises(StopIteration) as stop:
         proposal.send(["not a rewrite", None])
-    assert stop.value.value.payload["proposed_by"] == "procedural"
-    assert model.metrics["alfworld/goal/unparseable"] == 1
+    candidate, counts = stop.value.value
+    assert candidate.payload["proposed_by"] == "procedural"
+    assert counts["alfworld/goal/unparseable"] == 1

@@ -68,7 +68,7 @@ def _plays_to_a_win(task) -> bool:
 def test_procedural_alfworld_moves_one_notch_and_the_expert_wins(direction, move, games_dir, tmp_path):
     raw = alfworld.make_task(0, "pick_heat_then_place_in_recep", GameKnobs(), games_dir)
     generator = ProceduralGenerator(procedural_maker(tmp_path / "a"))
-    candidate = generator.propose(raw, raw, direction, 0.5, [], step=3)
+    candidate, _ = generator.propose(raw, raw, direction, 0.5, [], step=3)
     assert candidate is not None and candidate.kind == "alfworld"
     assert alfworld.knobs_of(candidate) == move(GameKnobs()) != GameKnobs()
     assert candidate.payload["task_type"] == raw.payload["task_type"]
@@ -77,10 +77,10 @@ def test_procedural_alfworld_moves_one_notch_and_the_expert_wins(direction, move
     assert _plays_to_a_win(candidate)
 
     # Reproducible: a fresh generator elsewhere makes the same game; another step a different one.
-    again = ProceduralGenerator(procedural_maker(tmp_path / "b")).propose(raw, raw, direction, 0.5, [], step=3)
+    again, _ = ProceduralGenerator(procedural_maker(tmp_path / "b")).propose(raw, raw, direction, 0.5, [], step=3)
     assert again.task_id == candidate.task_id
     assert _problem(again) == _problem(candidate)
-    later = generator.propose(raw, candidate, direction, 0.5, [], step=4)
+    later, _ = generator.propose(raw, candidate, direction, 0.5, [], step=4)
     assert later.task_id not in (candidate.task_id, raw.task_id)
 
 
@@ -88,17 +88,21 @@ def test_procedural_returns_none_at_the_ends_of_the_ladders_and_coding_has_none(
     from rlanything_jax.scenarios.textworld import procedural_maker as textworld_maker
 
     generator = ProceduralGenerator(procedural_maker(tmp_path))
+    at_limit = []
     hardest = GameKnobs(num_receptacles=30, num_distractors=20, rarity=2, hidden_in_closed=True, target_instances=1)
     easiest = GameKnobs(num_receptacles=4, num_distractors=0, rarity=0, hidden_in_closed=False, target_instances=3)
     for knobs, direction in ((hardest, "harder"), (easiest, "easier")):
         raw = Task("alfworld/limit", "alfworld", "x", {"knobs": dataclasses.asdict(knobs), "seed": 0,
                                                       "task_type": "pick_and_place_simple"})
-        assert generator.propose(raw, raw, direction, 0.5, [], step=1) is None
+        candidate, counts = generator.propose(raw, raw, direction, 0.5, [], step=1)
+        assert candidate is None
+        at_limit.append(counts["procedural/alfworld/knobs_at_limit"])
     coin = Task("textworld/coin", "textworld", "x", {"knobs": {"kind": "coin_collector", "level": 1}, "seed": 0})
     textworld_generator = ProceduralGenerator(textworld_maker(tmp_path))
-    assert textworld_generator.propose(coin, coin, "easier", 0.1, [], step=1) is None
-    assert generator.metrics["procedural/alfworld/knobs_at_limit"] == 2
-    assert textworld_generator.metrics["procedural/textworld/knobs_at_limit"] == 1
+    candidate, counts = textworld_generator.propose(coin, coin, "easier", 0.1, [], step=1)
+    assert candidate is None
+    assert at_limit == [1, 1]
+    assert counts == {"procedural/textworld/knobs_at_limit": 1}
     # Coding problems have no knobs: without the environment model the scenario has no generator.
     assert make_scenario("coding").task_generator(GeneratorContext("procedural", tmp_path)) is None
     assert not list(tmp_path.iterdir())  # nothing generated
@@ -110,7 +114,7 @@ def test_procedural_textworld_moves_one_notch_and_the_expert_wins(tmp_path):
     knobs = tw.TextWorldKnobs(kind="custom", nb_rooms=2, nb_objects=3, quest_length=2)
     raw = tw.make_task(3, knobs, tmp_path / "raw")
     generator = make_scenario("textworld").task_generator(GeneratorContext("procedural", tmp_path / "generated"))
-    candidate = generator.propose(raw, raw, "harder", 1.0, [], step=2)
+    candidate, _ = generator.propose(raw, raw, "harder", 1.0, [], step=2)
     assert tw.knobs_of(candidate) == tw.harder(knobs) != knobs
     assert candidate.task_id != raw.task_id and candidate.payload["raw_task_id"] == raw.task_id
     assert candidate.payload["seed"] == derived_seed(raw, 2, 0)

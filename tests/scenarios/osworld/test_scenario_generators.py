@@ -41,12 +41,12 @@ def test_knob_rewrites_move_from_the_active_task():
     scenario = make_scenario("osworld", {"provider": "local"})
     raw = scenario.make_task(bundled_tasks("train")[0])
     generator = KnobGenerator(scenario.make_task)
-    harder = generator.propose(raw, raw, "harder", 1.0, [], 1)
+    harder, _ = generator.propose(raw, raw, "harder", 1.0, [], 1)
     assert harder.payload["source"]["rla_knobs"]["n"] == 2 and harder.payload["raw_task_id"] == raw.task_id
-    again = generator.propose(raw, harder, "harder", 1.0, [], 2)
+    again, _ = generator.propose(raw, harder, "harder", 1.0, [], 2)
     assert again.payload["source"]["rla_knobs"]["n"] == 3
-    hinted = generator.propose(raw, raw, "easier", 0.0, [], 1)   # n = 1: easier adds a hint
+    hinted, _ = generator.propose(raw, raw, "easier", 0.0, [], 1)   # n = 1: easier adds a hint
     assert hinted.payload["source"]["rla_knobs"]["hint"] == 1 and hinted.goal.startswith(raw.goal + " (Hint:")
-    spelled_out = generator.propose(raw, hinted, "easier", 0.0, [], 2)
-    assert generator.propose(raw, spelled_out, "easier", 0.0, [], 3) is None   # the whole command: the easiest
-    assert generator.metrics["osworld/knobs/at_limit"] == 1
+    spelled_out, _ = generator.propose(raw, hinted, "easier", 0.0, [], 2)
+    # The whole command: the easiest.
+    assert generator.propose(raw, spelled_out, "easier", 0.0, [], 3) == (None, {"osworld/knobs/at_limit": 1})

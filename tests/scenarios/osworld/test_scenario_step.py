@@ -29,11 +29,11 @@ class RecordingJudge:
     def __getattr__(self, name):   # the rest of the role: the real one's
         return getattr(self.judge_impl, name)
 
-    def judge(self, reward_model, episodes, config, metrics):
-        out = self.judge_impl.judge(reward_model, episodes, config, metrics)
+    def judge(self, reward_model, episodes, config):
+        out, counts = self.judge_impl.judge(reward_model, episodes, config)
         self.judged += out.steps
         self.episodes += episodes
-        return out
+        return out, counts
 
 
 def judge_warm_start(system, state):
@@ -70,8 +70,8 @@ def test_one_rlanything_step_on_two_desktops(tmp_path):
         state = judge_warm_start(system, system.initial_state())
         # A pending candidate from last step: resolved (accepted or rejected) by this one.
         slot = 0
-        candidate = system.services.generator.propose(state.pool.slots[slot].raw, state.pool.slots[slot].active,
-                                                      "harder", 1.0, [], 0)
+        candidate, _ = system.services.generator.propose(state.pool.slots[slot].raw, state.pool.slots[slot].active,
+                                                         "harder", 1.0, [], 0)
         assert candidate is not None and candidate.payload["source"]["rla_knobs"]["n"] == 2
         state = dataclasses.replace(state, pool=propose(state.pool, slot, Candidate(candidate, "harder", 1.0, 0)))
         judge = RecordingJudge(system.services.reward_model.role)
