@@ -71,8 +71,9 @@ def test_random_policy_rollout_and_judgments_are_well_formed(sampler, tasks, run
     parsed = sum(v for k, v in metrics.items() if k.startswith("parse/text_game_action/"))
     assert parsed == steps == metrics["rollout/env_steps"]
     assert metrics["parse/text_game_action/no_boxed"] > 0   # random text falls back to index 0, counted
-    judgments, _ = judge_episodes(sampler, SCENARIO, episodes,
-                                  JudgeConfig(num_judgments=2, max_new_tokens=6, batch_size=16))
+    judgments, judge_counts = judge_episodes(sampler, SCENARIO, episodes,
+                                             JudgeConfig(num_judgments=2, max_new_tokens=6, batch_size=16))
+    metrics.update(judge_counts)
     for episode, judged in zip(episodes, judgments, strict=True):
         assert judged.scores.shape == judged.valid.shape == (len(episode.steps), 2)
         assert set(np.unique(judged.scores)) <= {-1, 0, 1}

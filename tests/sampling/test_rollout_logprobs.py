@@ -188,12 +188,19 @@ def test_logprobs_after_a_repack_and_up_to_a_full_context(f32, runner, monkeypat
         prefilled.append([list(p) for p in prompts])
         return start(prompts, *args, **kwargs)
 
+    submit_step, stepped = runner.submit_step, [0]   # env steps submitted so far
+
     def recording_repack(conversation, rows, cache_length):
-        repacked_at.append(metrics["rollout/env_steps"])
+        repacked_at.append(stepped[0])
         return repack(conversation, rows, cache_length)
+
+    def counting_submit_step(actions, *args, **kwargs):
+        stepped[0] += len(actions)
+        return submit_step(actions, *args, **kwargs)
 
     monkeypatch.setattr(sampler, "start", recording_start)
     monkeypatch.setattr(sampler, "repack", recording_repack)
+    monkeypatch.setattr(runner, "submit_step", counting_submit_step)
     config = RolloutConfig(group_size=2, max_turns=8, max_new_tokens=8, max_context_tokens=MAX_CACHE,
                            temperature=0.8, top_p=0.95, seed=5)
     episodes, counts = play_episodes(sampler, runner, PROMPTS, TASKS, config)
