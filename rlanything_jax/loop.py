@@ -30,6 +30,7 @@ from rlanything_jax.curriculum.adaptation import difficulty_direction
 from rlanything_jax.curriculum.generators import TaskGenerator, proposal_of, run_proposals
 from rlanything_jax.curriculum.task_pool import Candidate, TaskPool, propose, resolve_candidates, sample_step_tasks
 from rlanything_jax.envs.base import Task
+from rlanything_jax.metrics import release_host_memory
 from rlanything_jax.reward_models.role import Judgments, RewardModel
 from rlanything_jax.rl.data import Example
 from rlanything_jax.rl.train_state import TrainState, sampler_weights
@@ -201,6 +202,7 @@ class _PhaseClock:
     def done(self, name: str, detail: str) -> None:
         now = time.perf_counter()
         self.metrics[f"time/{name.replace(' ', '_').replace('-', '_')}_s"] += now - self.last
+        self.metrics["memory/host_released_gib"] += release_host_memory()   # each phase's freed buffers
         self.log(f"  step {self.step} {name}: {detail} ({now - self.last:.1f} s)")
         self.last = now
 
