@@ -31,6 +31,7 @@ from rlanything_jax.curriculum.adaptation import difficulty_direction
 from rlanything_jax.curriculum.generators import TaskGenerator, proposal_of, run_proposals
 from rlanything_jax.curriculum.task_pool import Candidate, TaskPool, propose, resolve_candidates, sample_step_tasks
 from rlanything_jax.envs.base import Task
+from rlanything_jax.metrics import release_host_memory
 from rlanything_jax.reward_models.role import Judgments, RewardModel
 from rlanything_jax.rl.data import Example
 from rlanything_jax.rl.train_state import TrainState, sampler_weights
@@ -163,7 +164,7 @@ def rl_step(state: SystemState, services: Services, settings: LoopSettings) -> t
     played = [j for judged in groups.values() for j in judged if j.episode.env_error is None]
     # The stages' counts add up; the values below replace, never add.
     report: dict[str, float] = add_counts(rollout_counts, judge_counts, adapt_counts, policy_data_counts,
-                                          reward_data_counts, phase.seconds)
+                                          reward_data_counts, phase.counts)
     report.update(policy_metrics)
     report.update(reward_metrics)
     report.update(episode_metrics(played, services.step_labeler))
@@ -189,17 +190,20 @@ def check_environment(episodes: Sequence[Episode], where: str) -> None:
 
 
 class _PhaseClock:
-    """Logs each phase of a step as it ends and keeps its seconds, `seconds["time/<phase>_s"]`."""
+    """Logs each phase of a step as it ends and counts its seconds (`time/<phase>_s`) and the host memory handed
+    back after it (`memory/host_released_gib`)."""
 
     def __init__(self, log: Callable[[str], None], step: int):
         self.log, self.step = log, step
-        self.seconds: Counts = {}
+        self.counts: dict[str, float] = {}
         self.last = time.perf_counter()
 
     def done(self, name: str, detail: str) -> None:
         now = time.perf_counter()
         key = f"time/{name.replace(' ', '_').replace('-', '_')}_s"
-        self.seconds[key] = self.seconds.get(key, 0.0) + now - self.last
+        self.counts[key] = self.counts.get(key, 0.0) + now - self.last
+        released = self.counts.get("memory/host_released_gib", 0.0) + release_host_memory()  # the phase's freed buffers
+        self.counts["memory/host_released_gib"] = released
         self.log(f"  step {self.step} {name}: {detail} ({now - self.last:.1f} s)")
         self.last = now
 

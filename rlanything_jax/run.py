@@ -40,6 +40,7 @@ from rlanything_jax.metrics import (
     plot_curves,
     process_memory,
     read_metrics,
+    release_host_memory,
 )
 from rlanything_jax.models import lora
 from rlanything_jax.reward_models import RewardModel
@@ -279,6 +280,7 @@ def restore_or_start(system: System, checkpointer: SystemCheckpointer, writer: M
     if system.cfg.warm_start.enabled and system.scenario.expert is not None:
         state = _warm_start(system, state, log)
         _sync_samplers(system, state)
+        release_host_memory()   # the warm start's freed buffers
     line = _evaluate(system)
     line.update(system.probe())
     writer.write(0, line)
@@ -301,6 +303,7 @@ def run_loop(system: System, state: SystemState, checkpointer: SystemCheckpointe
         metrics.update(system.probe())
         if state.step % loop.eval_every == 0 or state.step == loop.total_steps:
             metrics.update(_evaluate(system))
+            metrics["memory/host_released_gib"] = metrics.get("memory/host_released_gib", 0.0) + release_host_memory()
         writer.write(state.step, metrics)
         log(format_step_line(state.step, loop.total_steps, metrics))
         if state.step % loop.save_every == 0 or state.step == loop.total_steps:

@@ -2,6 +2,7 @@
 
 import matplotlib.image
 import numpy as np
+import pytest
 
 from rlanything_jax.metrics import (
     MetricsWriter,
@@ -125,3 +126,28 @@ def test_process_memory_counts_live_arrays_and_resident_memory():
     assert after["memory/host_peak_rss_gib"] >= after["memory/host_rss_gib"] - 1e-3
     del held
     assert process_memory()["memory/live_arrays_gib"] <= after["memory/live_arrays_gib"] - 64 / 1024 + 1e-9
+
+
+def test_release_host_memory_hands_freed_heap_back():
+    import ctypes
+    import ctypes.util
+    import sys
+
+    from rlanything_jax.metrics import release_host_memory
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("malloc_trim is glibc's")
+    libc = ctypes.CDLL(ctypes.util.find_library("c"))
+    libc.malloc.restype = ctypes.c_void_p
+    libc.free.argtypes = [ctypes.c_void_p]
+    release_host_memory()
+    # 2000 blocks of 64 KiB (below glibc's mmap threshold: they come from the heap) touched, then freed; the
+    # last one stays, so the heap's top cannot shrink on its own and only a trim returns the pages below it.
+    blocks = [libc.malloc(64 << 10) for _ in range(2000)]
+    for block in blocks:
+        ctypes.memset(block, 1, 64 << 10)
+    for block in blocks[:-1]:
+        libc.free(block)
+    released = release_host_memory()
+    libc.free(blocks[-1])
+    assert released >= 100 / 1024   # of the ~125 MiB freed, in GiB

@@ -45,7 +45,7 @@ WALL_CLOCK_KEYS = {"time/rollout_env_s", "time/rollout_sampling_s", "time/judge_
 PROCESS_LOCAL_KEYS = {"sampler/policy_compilations",        # XLA compilations so far in this process:
                       "sampler/reward_compilations",        # a resumed process starts again from zero
                       "memory/host_rss_gib", "memory/host_peak_rss_gib",   # this process's memory
-                      "memory/live_arrays_gib"}
+                      "memory/live_arrays_gib", "memory/host_released_gib"}
 ORBAX_TEMPORARY = ".orbax-checkpoint-tmp"   # orbax writes step N into "N.orbax-checkpoint-tmp", then renames it
 RUN_TIMEOUT_S = 1500
 
