@@ -22,7 +22,6 @@ import json
 import sys
 import tempfile
 import time
-from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -116,16 +115,14 @@ def main() -> None:
                           response_text=text, finish_reason="stop", action=program, parse_status="ok")
         groups.setdefault(task.task_id, []).append(Episode(task=task, group_index=g, steps=(step,)))
     settings = assemble.loop_settings(cfg, scenario)
-    metrics = Counter()
-    judgments = write_unit_tests(samplers["reward"], prompts, groups,
-                                 dataclasses.replace(settings.judge, seed=cfg.seed), metrics)
+    judgments, metrics = write_unit_tests(samplers["reward"], prompts, groups, settings.judge, cfg.seed)
     figures["unit_tests"] = unit_test_metrics(judgments)
     figures["unit_tests"]["parse_statuses"] = {k.rsplit("/", 1)[1]: v for k, v in metrics.items()
                                                if k.startswith("parse/")}
     for temperature in [float(t) for t in args.rm_temperatures.split(",") if t]:
-        config = dataclasses.replace(settings.judge, seed=cfg.seed, temperature=temperature)
+        config = dataclasses.replace(settings.judge, temperature=temperature)
         figures[f"unit_tests_at_{temperature}"] = unit_test_metrics(
-            write_unit_tests(samplers["reward"], prompts, groups, config, Counter()))
+            write_unit_tests(samplers["reward"], prompts, groups, config, cfg.seed)[0])
     first = next(iter(judgments.values()))
     print("a training problem and a generated test:\n" + next(iter(groups.values()))[0].task.goal + "\n"
           + samplers["reward"].tokenizer.decode(list(first.samples[0][0])), flush=True)

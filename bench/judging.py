@@ -44,11 +44,10 @@ class _Ids:
 
 
 def _run(sampler, prompts, config) -> tuple[float, Counter, list]:
-    sample_each(sampler, prompts, config, Counter(), "judge")   # compile
-    metrics = Counter()
+    sample_each(sampler, prompts, config, 0, "judge")   # compile
     started = time.perf_counter()
-    out = sample_each(sampler, prompts, config, metrics, "judge")
-    return time.perf_counter() - started, metrics, out
+    out, metrics = sample_each(sampler, prompts, config, 0, "judge")
+    return time.perf_counter() - started, Counter(metrics), out
 
 
 def main() -> None:

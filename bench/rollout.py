@@ -69,8 +69,8 @@ def _sampler(workdir: str) -> Sampler:
 
 def _play(sampler, runner, tasks, group_size: int, turns: int, seed: int, slots: int = 0,
           continuous: bool = True, overlap: bool = False) -> tuple[Counter, float]:
-    config = RolloutConfig(group_size=group_size, max_turns=turns, max_new_tokens=8, max_context_tokens=16384,
-                           temperature=1.0, top_p=1.0, seed=seed, max_live_episodes=slots,
+    config = RolloutConfig(group_size=group_size, max_turns=turns, max_new_tokens=8, max_prompt_tokens=16376,
+                           temperature=1.0, top_p=1.0, max_live_episodes=slots,
                            continuous_batching=continuous, overlap_env_steps=overlap)
     plans = {task.task_id: alfworld.expert_actions(task) for task in tasks}
 
@@ -78,11 +78,10 @@ def _play(sampler, runner, tasks, group_size: int, turns: int, seed: int, slots:
         plan = plans[episode.task.task_id]
         return None if episode.group_index == group_size - 1 else plan[min(len(episode.steps), len(plan)) - 1]
 
-    metrics: Counter = Counter()
     engine = RolloutEngine(sampler, runner, ReferencePrompts(), action_override=expert_unless_last)
     start = time.perf_counter()
-    engine.play(tasks, config, metrics)
-    return metrics, time.perf_counter() - start
+    _, counts = engine.play(tasks, config, seed)
+    return Counter(counts), time.perf_counter() - start
 
 
 def _report(label: str, metrics: Counter, wall: float) -> None:

@@ -161,46 +161,59 @@ def build_meshes(cfg: RunConfig) -> placement.Meshes:
 
 # ---------------------------------------------------------------- settings
 
+def view(record: type, *sections, **resolved):
+    """`record` made of the keys of the same names in `sections` (config sections), and `resolved` values
+    (what the config leaves to the platform or combines with switches). Nothing is renamed on the way: a
+    key has one name from the config file to the code that reads it, and a key two sections both hold is
+    an error, not a silent choice."""
+    names = {field.name for field in dataclasses.fields(record)} - set(resolved)
+    values: dict = {}
+    for section in sections:
+        shared = names & {field.name for field in dataclasses.fields(section)}
+        if clash := shared & set(values):
+            raise ValueError(f"{record.__name__}: {sorted(clash)} in more than one section")
+        values.update({name: getattr(section, name) for name in shared})
+    return record(**values, **resolved)
+
+
+def rollout_config(cfg: RunConfig) -> RolloutConfig:
+    return view(RolloutConfig, cfg.rollout,
+                continuous_batching=cfg.rollout.refills_episodes(jax.default_backend()))
+
+
+def judge_config(cfg: RunConfig) -> JudgeConfig:
+    return view(JudgeConfig, cfg.reward, continuous_batching=cfg.rollout.refills_rows())
+
+
+def signal_config(cfg: RunConfig) -> SignalConfig:
+    """The rewards' weights and bands, with the ablation switches of the paper's Table 1 and Fig. 1."""
+    ablation = cfg.ablation_switches
+    # No judgment: no step-wise term in the policy's reward.
+    step_weight = cfg.reward.step_weight if ablation.use_reward_model else 0.0
+    outcome_weight = 1.0 if ablation.outcome_in_policy_reward else 0.0
+    return view(SignalConfig, cfg.reward, cfg.train, step_weight=step_weight, outcome_weight=outcome_weight)
+
+
 def loop_settings(cfg: RunConfig, scenario: Scenario) -> LoopSettings:
     """The loop's constants, with the ablation switches of the paper's Table 1 and Fig. 1."""
     ablation = cfg.ablation_switches
-    reward, train = cfg.reward, cfg.train
-    signal = SignalConfig(num_judgments=reward.num_judgments, step_weight=reward.step_weight,
-                          advantage_singleton=train.advantage_singleton, policy_acc_low=train.policy_acc_low,
-                          policy_acc_high=train.policy_acc_high, band_low=reward.band_low, band_high=reward.band_high,
-                          invalid_judgment_reward=reward.invalid_judgment_reward,
-                          action_fallback_penalty=reward.action_fallback_penalty,
-                          balance_labels=reward.balance_labels)
-    if not ablation.use_reward_model:   # no judgment: no step-wise term in the policy's reward
-        signal = dataclasses.replace(signal, step_weight=0.0)
-    if not ablation.outcome_in_policy_reward:
-        signal = dataclasses.replace(signal, outcome_weight=0.0)
-    rollout = cfg.rollout
-    return LoopSettings(
-        tasks_per_step=rollout.tasks_per_step,
-        rollout=RolloutConfig(group_size=rollout.group_size, max_turns=rollout.max_turns,
-                              max_new_tokens=rollout.max_new_tokens,
-                              max_context_tokens=rollout.max_prompt_tokens + rollout.max_new_tokens,
-                              temperature=rollout.temperature, top_p=rollout.top_p, top_k=rollout.top_k,
-                              max_live_episodes=rollout.max_live_episodes,
-                              continuous_batching=rollout.refills_episodes(jax.default_backend()),
-                              overlap_env_steps=rollout.overlap_env_steps, stop_strings=rollout.stop_strings),
-        judge=JudgeConfig(num_judgments=reward.num_judgments, max_new_tokens=reward.max_new_tokens,
-                          temperature=reward.temperature, top_p=reward.top_p,
-                          continuous_batching=rollout.refills_rows()),
-        signal=signal,
+    return view(
+        LoopSettings, cfg.rollout, cfg.curriculum,
+        rollout=rollout_config(cfg), judge=judge_config(cfg), signal=signal_config(cfg),
         use_reward_model=ablation.use_reward_model,
-        pack_turns=train.policy.pack_turns,
-        train_reward_model=ablation.use_reward_model and ablation.train_reward_model and train.train_reward_model,
-        adapt_environment=cfg.curriculum.enabled and ablation.adapt_environment,
-        harder_at=cfg.curriculum.harder_at, easier_at=cfg.curriculum.easier_at,
-        easier_inclusive=cfg.curriculum.easier_inclusive,
-        accept_low=cfg.curriculum.accept_low, accept_high=cfg.curriculum.accept_high)
+        pack_turns=cfg.train.policy.pack_turns,
+        train_reward_model=ablation.use_reward_model and ablation.train_reward_model and cfg.train.train_reward_model,
+        adapt_environment=cfg.curriculum.enabled and ablation.adapt_environment)
 
 
 def eval_rollout(cfg: RunConfig, settings: LoopSettings) -> RolloutConfig:
     return dataclasses.replace(settings.rollout, group_size=cfg.eval.group_size, max_turns=cfg.eval.max_turns,
-                               temperature=cfg.eval.temperature, seed=derive_seed(cfg.seed, "eval"))
+                               temperature=cfg.eval.temperature)
+
+
+def eval_seed(cfg: RunConfig) -> int:
+    """Every evaluation's rollout seed: the same for each, so evaluations differ only by the policy."""
+    return derive_seed(cfg.seed, "eval")
 
 
 def eval_tasks_per_call(cfg: RunConfig) -> int:

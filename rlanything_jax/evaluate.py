@@ -179,15 +179,15 @@ def evaluate(args: argparse.Namespace, overrides: list[str]) -> dict:
         if setup.system is not None:   # exactly as the run evaluates
             episodes, report = evaluate_split(setup.system, split, _log)
         else:
-            episodes, report = evaluation.held_out(setup.policy, split, rollout, assemble.eval_tasks_per_call(cfg),
-                                                   _log)
+            episodes, report = evaluation.held_out(setup.policy, split, rollout, assemble.eval_seed(cfg),
+                                                   assemble.eval_tasks_per_call(cfg), _log)
         judged = [JudgedEpisode(e) for e in episodes]
         if args.reward_model is not None:
             same_run = setup.system if policy_run == run_of(args.reward_model) else None
             labeler = scenario.expert.step_label if scenario.expert is not None else None   # for per-step judgments
             judged, report["reward_model"] = evaluation.reward_model_report(
                 episodes, _reward_model(cfg, args.reward_model, same_run, scenario),
-                dataclasses.replace(setup.settings.judge, seed=cfg.seed), labeler)
+                setup.settings.judge, cfg.seed, labeler)
     finally:
         if setup.runner is not None:
             setup.runner.close()

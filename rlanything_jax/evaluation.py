@@ -139,7 +139,7 @@ class _Progress:
         self._stop.set()
 
 
-def play_split(policy: Rollouts, tasks: Sequence[Task], rollout: RolloutConfig, tasks_per_call: int = 0,
+def play_split(policy: Rollouts, tasks: Sequence[Task], rollout: RolloutConfig, seed: int, tasks_per_call: int = 0,
                log: Callable[[str], None] | None = None, label: str = "evaluation",
                every_s: float = PROGRESS_EVERY_S) -> list[Episode]:
     """`rollout.group_size` episodes of every task, `tasks_per_call` tasks at a time (0: all): batches the
@@ -150,7 +150,7 @@ def play_split(policy: Rollouts, tasks: Sequence[Task], rollout: RolloutConfig, 
     try:
         for start in range(0, len(tasks), chunk):
             part = tasks[start:start + chunk]
-            played, _ = policy.play(part, rollout)   # an evaluation reports success, not rollout counts
+            played, _ = policy.play(part, rollout, seed)   # an evaluation reports success, not rollout counts
             episodes += played
             progress.advance(len(part))
     finally:
@@ -159,10 +159,10 @@ def play_split(policy: Rollouts, tasks: Sequence[Task], rollout: RolloutConfig, 
     return episodes
 
 
-def held_out(policy: Rollouts, tasks: Sequence[Task], rollout: RolloutConfig, tasks_per_call: int = 0,
+def held_out(policy: Rollouts, tasks: Sequence[Task], rollout: RolloutConfig, seed: int, tasks_per_call: int = 0,
              log: Callable[[str], None] | None = None) -> tuple[list[Episode], dict]:
     """The episodes and the `success_report` of the policy on `tasks`: what the loop and `evaluate` run."""
-    episodes = play_split(policy, tasks, rollout, tasks_per_call, log)
+    episodes = play_split(policy, tasks, rollout, seed, tasks_per_call, log)
     return episodes, success_report(episodes)
 
 
@@ -174,7 +174,7 @@ class ExpertRollouts:
 
     scenario: Scenario
 
-    def play(self, tasks: Sequence[Task], config: RolloutConfig) -> tuple[list[Episode], Counts]:
+    def play(self, tasks: Sequence[Task], config: RolloutConfig, seed: int) -> tuple[list[Episode], Counts]:
         return [expert_episode(self.scenario, task, g) for task in tasks for g in range(config.group_size)], {}
 
     def update_params(self, params) -> None:
@@ -211,13 +211,13 @@ def expert_episode(scenario: Scenario, task: Task, group_index: int = 0) -> Epis
 # ---------------------------------------------------------------- the reward model
 
 
-def reward_model_report(episodes: Sequence[Episode], reward_model: RewardModel, config: JudgeConfig,
+def reward_model_report(episodes: Sequence[Episode], reward_model: RewardModel, config: JudgeConfig, seed: int,
                         step_labeler: StepLabeler | None) -> tuple[list[JudgedEpisode], dict[str, float]]:
     """The reward model on the played episodes (`reward_model/...`): the outcome accuracy of its per-step
     judgments and their step accuracy against the expert's labels, where it judges steps; its role's own
     figures (e.g. a unit-test writer's test accuracy and detection rate)."""
     played = [e for e in episodes if e.trainable]
-    judgments, _ = reward_model.role.judge(reward_model.sampler, played, config)
+    judgments, _ = reward_model.role.judge(reward_model.sampler, played, config, seed)
     judged = [JudgedEpisode(e, j) for e, j in zip(played, judgments.steps, strict=True)]
     figures = {k: v for k, v in episode_metrics(judged, step_labeler).items() if k.startswith("reward_model/")}
     return judged, {**figures, **reward_model.role.metrics(judgments)}

@@ -44,7 +44,7 @@ from rlanything_jax.seeds import derive_rng, derive_seed
 class Rollouts(Protocol):
     """Plays episodes with the current policy (agents.rollout.RolloutEngine)."""
 
-    def play(self, tasks: Sequence[Task], config: RolloutConfig) -> tuple[list[Episode], Counts]:
+    def play(self, tasks: Sequence[Task], config: RolloutConfig, seed: int) -> tuple[list[Episode], Counts]:
         """The tasks' episodes, and what playing them counted (`rollout/...`, `episodes/...`, `time/rollout_*`)."""
 
     def update_params(self, params: Any) -> None: ...
@@ -114,19 +114,19 @@ def rl_step(state: SystemState, services: Services, settings: LoopSettings) -> t
     picked = sample_step_tasks(state.pool, settings.tasks_per_step, derive_rng(seed, "tasks", step))
     active = [state.pool.slots[i].active for i in picked.active]
     pending = [state.pool.slots[i].pending.task for i in picked.pending]
-    episodes, rollout_counts = services.policy.play(
-        active + pending, dataclasses.replace(settings.rollout, seed=derive_seed(seed, "rollout", step)))
+    episodes, rollout_counts = services.policy.play(active + pending, settings.rollout,
+                                                    derive_seed(seed, "rollout", step))
     check_environment(episodes, f"step {step}")
     failed = sum(e.env_error is not None for e in episodes)
     env_failures = f", {failed} failed in the environment" if failed else ""
     phase.done("rollout", f"{len(episodes)} episodes of {len(active)} tasks + {len(pending)} candidates, "
                           f"{sum(e.won for e in episodes)} won{env_failures}")
 
-    judge_config = dataclasses.replace(settings.judge, seed=derive_seed(seed, "judge", step))
     reward_model = services.reward_model if settings.use_reward_model else None
     judgments, judge_counts = Judgments.none(len(episodes)), {}
     if reward_model is not None:
-        judgments, judge_counts = reward_model.role.judge(reward_model.sampler, episodes, judge_config)
+        judgments, judge_counts = reward_model.role.judge(reward_model.sampler, episodes, settings.judge,
+                                                            derive_seed(seed, "judge", step))
         phase.done(reward_model.role.phase, judgments.summary)
     judged_episodes = [JudgedEpisode(e, j) for e, j in zip(episodes, judgments.steps, strict=True)]
     if services.write_traces is not None:

@@ -66,10 +66,11 @@ def play_model(scenario: Scenario, task: Task, model: str, max_steps: int, max_n
     sampler = Sampler(load_pretrained(model_dir), Tokenizer.from_dir(model_dir),
                       config=SamplerConfig(max_cache_length=max_context_tokens))
     config = RolloutConfig(group_size=1, max_turns=max_steps, max_new_tokens=max_new_tokens,
-                           max_context_tokens=max_context_tokens, temperature=temperature, seed=seed)
+                           max_prompt_tokens=max_context_tokens - max_new_tokens, temperature=temperature,
+                           continuous_batching=True)
     runner = InProcessRunner()
     try:
-        [episode] = play_split(RolloutEngine(sampler, runner, scenario.prompts), [task], config)   # as `evaluate`
+        [episode] = play_split(RolloutEngine(sampler, runner, scenario.prompts), [task], config, seed)   # as `evaluate`
     finally:
         runner.close()
     if episode.steps:

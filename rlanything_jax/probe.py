@@ -46,12 +46,12 @@ def build_judge_probe(tasks: Sequence[Task], scenario: Scenario, tokenizer, env:
     return JudgeProbe(tuple(prompts), tuple(probe_labels), tuple(probe_images) if any(probe_images) else ())
 
 
-def probe_accuracy(reward_model, prompts, probe: JudgeProbe, config: JudgeConfig) -> dict[str, float]:
+def probe_accuracy(reward_model, prompts, probe: JudgeProbe, config: JudgeConfig, seed: int) -> dict[str, float]:
     """The reward model's agreement with the probe's labels, overall and on the +1 and -1 labels apart."""
     if not probe.prompts:
         return {}
     started = time.perf_counter()
-    judged, _ = judge_prompts(reward_model, prompts, probe.prompts, config, probe.images or None)
+    judged, _ = judge_prompts(reward_model, prompts, probe.prompts, config, seed, probe.images or None)
     hits = np.array([np.mean([j.parsed.valid and j.parsed.score == label for j in judgments])
                      for judgments, label in zip(judged, probe.labels)])
     labels = np.array(probe.labels)

@@ -185,9 +185,9 @@ def _judge_probe(system: System) -> Callable[[], dict[str, float]]:
     count = min(cfg.eval.judge_probe_tasks, len(system.tasks.eval))
     if not (count and settings.use_reward_model and system.scenario.expert is not None):
         return dict
-    config = dataclasses.replace(settings.judge, seed=cfg.seed)  # the same samples' randomness every time
+    # The run's seed each time: the same samples' randomness at every probe.
     measure = reward_model.role.probe(reward_model.sampler, system.tasks.eval[:count], system.scenario,
-                                      system.expert_env, config, cfg.seed, cfg.warm_start.negatives_per_step)
+                                      system.expert_env, settings.judge, cfg.seed, cfg.warm_start.negatives_per_step)
     if measure is None:
         return dict
     if settings.train_reward_model:
@@ -206,7 +206,7 @@ def evaluate_split(system: System, tasks: list, log: Callable[[str], None] | Non
     """The current policy on `tasks` with the config's evaluation settings: the episodes and their
     `evaluation.success_report` (what the loop's `eval/...` figures and `python -m rlanything_jax.evaluate` show)."""
     return evaluation.held_out(system.services.policy, tasks, assemble.eval_rollout(system.cfg, system.settings),
-                               assemble.eval_tasks_per_call(system.cfg), log)
+                               assemble.eval_seed(system.cfg), assemble.eval_tasks_per_call(system.cfg), log)
 
 
 def _evaluate(system: System) -> dict[str, float]:
@@ -219,9 +219,8 @@ def _evaluate(system: System) -> dict[str, float]:
     if reward_model is not None and reward_model.role.held_out_judgments:
         # The reward model on the held-out tasks, where its role is measured there (e.g. its unit tests, as the
         # reference's coding evaluation measures them).
-        config = dataclasses.replace(system.settings.judge, num_judgments=reward_model.role.held_out_judgments,
-                                     seed=cfg.seed)
-        _, figures = evaluation.reward_model_report(episodes, reward_model, config, None)
+        config = dataclasses.replace(system.settings.judge, num_judgments=reward_model.role.held_out_judgments)
+        _, figures = evaluation.reward_model_report(episodes, reward_model, config, cfg.seed, None)
         metrics.update({f"eval/{key}": value for key, value in figures.items()})
     return metrics
 

@@ -16,8 +16,8 @@ class Recorder:
         recorder = self
 
         class Policy:
-            def play(self, tasks, config):
-                episodes, counts = engine.play(tasks, config)
+            def play(self, tasks, config, seed):
+                episodes, counts = engine.play(tasks, config, seed)
                 recorder.episodes.append(episodes)
                 return episodes, counts
 
@@ -32,8 +32,8 @@ class Recorder:
             def __getattr__(self, name):   # the rest of the role: the real one's
                 return getattr(role, name)
 
-            def judge(self, reward_model, episodes, config):
-                judgments, counts = role.judge(reward_model, episodes, config)
+            def judge(self, reward_model, episodes, config, seed):
+                judgments, counts = role.judge(reward_model, episodes, config, seed)
                 recorder.judgments.append(judgments.steps)
                 return judgments, counts
         return Role()

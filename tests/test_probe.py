@@ -66,18 +66,19 @@ class _RuleJudge:
 def test_probe_accuracy_counts_each_judgment_against_its_label(game, qwen25_tokenizer):
     tasks, plans, env = game
     probe = build_judge_probe(tasks[:1], SCENARIO, qwen25_tokenizer, env, seed=5)
-    config = JudgeConfig(num_judgments=2, batch_size=5)   # 2 prompts a call: results come back sorted by length
+    config = JudgeConfig(continuous_batching=True,
+                         num_judgments=2, batch_size=5)   # 2 prompts a call: results come back sorted by length
     perfect = _RuleJudge(qwen25_tokenizer, lambda earlier, action:
                          "\\boxed{%d}" % text_expert.progress_label(plans[0], earlier, action))
-    result = probe_accuracy(perfect, PROMPTS, probe, config)
+    result = probe_accuracy(perfect, PROMPTS, probe, config, 0)
     assert result.pop("time/judge_probe_s") >= 0
     assert result == {"reward_model/probe_step_accuracy": 1.0, "reward_model/probe_valid": 1.0,
                       "reward_model/probe_accuracy_good": 1.0, "reward_model/probe_accuracy_bad": 1.0}
     half_invalid = _RuleJudge(perfect.tokenizer, perfect.rule, invalid_every=2)
-    result = probe_accuracy(half_invalid, PROMPTS, probe, config)
+    result = probe_accuracy(half_invalid, PROMPTS, probe, config, 0)
     assert result["reward_model/probe_step_accuracy"] == 0.5 and result["reward_model/probe_valid"] == 0.5
     good_share = probe.labels.count(1) / len(probe.labels)
-    always_good = probe_accuracy(_RuleJudge(qwen25_tokenizer, lambda *_: "\\boxed{1}"), PROMPTS, probe, config)
+    always_good = probe_accuracy(_RuleJudge(qwen25_tokenizer, lambda *_: "\\boxed{1}"), PROMPTS, probe, config, 0)
     assert always_good["reward_model/probe_step_accuracy"] == pytest.approx(good_share)
     assert always_good["reward_model/probe_accuracy_good"] == 1.0
     assert always_good["reward_model/probe_accuracy_bad"] == 0.0

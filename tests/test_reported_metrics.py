@@ -104,7 +104,7 @@ class ScriptedRollouts:
     outcomes: dict[str, list[tuple[bool, str | None]]]
     calls: list[list[str]] = dataclasses.field(default_factory=list)
 
-    def play(self, tasks, config):
+    def play(self, tasks, config, seed):
         self.calls.append([t.task_id for t in tasks])
         step = _episode("pen", ["look"], won=False).steps
         return [Episode(t, g, () if error else step, won=won, end_reason="env_error" if error else "done",
@@ -117,7 +117,7 @@ class ScriptedRollouts:
 
 def evaluate(policy, tasks, rollout, tasks_per_call=0):
     """The training loop's held-out figures (`run._evaluate`)."""
-    return loop_metrics(held_out(policy, tasks, rollout, tasks_per_call)[1])
+    return loop_metrics(held_out(policy, tasks, rollout, 0, tasks_per_call)[1])
 
 
 def test_held_out_success_counts_played_episodes_in_chunks():
@@ -125,13 +125,15 @@ def test_held_out_success_counts_played_episodes_in_chunks():
     outcomes = {"t0": [W, L], "t1": [L, L], "t2": [W, W], "t3": [W, E], "t4": [L, W]}
     tasks = [Task(name, "text", "") for name in outcomes]
     policy = ScriptedRollouts(outcomes)
-    result = evaluate(policy, tasks, RolloutConfig(group_size=2), tasks_per_call=2)
+    result = evaluate(policy, tasks, RolloutConfig(continuous_batching=True, group_size=2), tasks_per_call=2)
     # 10 rollouts, one failed in the environment (not played): 5 wins (t0 1, t2 2, t3 1, t4 1) of 9.
     assert result == {"eval/success_rate": pytest.approx(5 / 9, abs=1e-12), "eval/episodes": 9}
     assert policy.calls == [["t0", "t1"], ["t2", "t3"], ["t4"]]
-    assert evaluate(ScriptedRollouts(outcomes), tasks, RolloutConfig(group_size=1))["eval/success_rate"] == 0.6
+    assert evaluate(ScriptedRollouts(outcomes), tasks, RolloutConfig(continuous_batching=True,
+                                                                     group_size=1))["eval/success_rate"] == 0.6
     with pytest.raises(EnvironmentFailure, match="worker died"):
-        evaluate(ScriptedRollouts({"t": [E, E]}), [Task("t", "text", "")], RolloutConfig(group_size=2))
+        evaluate(ScriptedRollouts({"t": [E, E]}), [Task("t", "text", "")], RolloutConfig(continuous_batching=True,
+                                                                                         group_size=2))
 
 
 def test_held_out_success_per_task_group():
@@ -139,7 +141,8 @@ def test_held_out_success_per_task_group():
     outcomes = {"a1": [W, L], "a2": [W, W], "b1": [L, E], "c1": [W, W]}
     groups = {"a1": "os", "a2": "os", "b1": "vlc"}   # c1 names no group
     tasks = [Task(name, "text", "", {TASK_GROUP: groups[name]} if name in groups else {}) for name in outcomes]
-    result = loop_metrics(held_out(ScriptedRollouts(outcomes), tasks, RolloutConfig(group_size=2))[1])
+    result = loop_metrics(held_out(ScriptedRollouts(outcomes), tasks, RolloutConfig(continuous_batching=True,
+                                                                                    group_size=2), 0)[1])
     # os: 3 wins of 4; vlc: 0 of 1 played (one environment error); c1 counts only in the total: 5 wins of 7.
     assert result == {"eval/success_rate": pytest.approx(5 / 7, abs=1e-12), "eval/episodes": 7,
                       "eval/success_rate/os": 0.75, "eval/success_rate/vlc": 0.0}
@@ -217,7 +220,8 @@ EXPECTED_PROBE = {
     "reward_model/probe_accuracy_good": 5 / 8,     # 1 + 1/2 + 1 + 1/2 + 1 + 0 + 1 + 0 over the 8 good steps
     "reward_model/probe_accuracy_bad": 7 / 8,      # all but "go to drawer 1" after the keychain is in hand
 }
-PROBE_CONFIG = JudgeConfig(num_judgments=2, batch_size=6)   # 3 prompts a call, sorted by length inside
+PROBE_CONFIG = JudgeConfig(continuous_batching=True,
+                           num_judgments=2, batch_size=6)   # 3 prompts a call, sorted by length inside
 
 
 @pytest.fixture(scope="module")
@@ -240,13 +244,13 @@ def test_the_probe_shows_the_steps_written_above(game, probe, qwen25_tokenizer):
 
 def test_probe_accuracy_against_the_hand_written_labels(probe, qwen25_tokenizer):
     hand_labelled = JudgeProbe(probe.prompts, HAND_LABELS)
-    result = probe_accuracy(GoingIsGood(qwen25_tokenizer), SCENARIO.prompts, hand_labelled, PROBE_CONFIG)
+    result = probe_accuracy(GoingIsGood(qwen25_tokenizer), SCENARIO.prompts, hand_labelled, PROBE_CONFIG, 0)
     assert result.pop("time/judge_probe_s") >= 0
     assert result == pytest.approx(EXPECTED_PROBE, abs=1e-12)
 
 
 def test_the_reported_probe_uses_the_hand_written_labels(probe, qwen25_tokenizer):
     assert probe.labels == HAND_LABELS
-    result = probe_accuracy(GoingIsGood(qwen25_tokenizer), SCENARIO.prompts, probe, PROBE_CONFIG)
+    result = probe_accuracy(GoingIsGood(qwen25_tokenizer), SCENARIO.prompts, probe, PROBE_CONFIG, 0)
     result.pop("time/judge_probe_s")
     assert result == pytest.approx(EXPECTED_PROBE, abs=1e-12)

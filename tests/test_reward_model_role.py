@@ -40,7 +40,7 @@ class GoRule:
     phase: str = "rule"
     held_out_judgments: int = 0
 
-    def judge(self, reward_model, episodes, config):
+    def judge(self, reward_model, episodes, config, seed):
         steps = []
         for episode in episodes:
             scores = np.array([[1 if s.action == self.word else -1] * config.num_judgments for s in episode.steps],
@@ -76,7 +76,7 @@ class ScriptedPolicy:
     def __init__(self):
         self.params = None
 
-    def play(self, tasks, config):
+    def play(self, tasks, config, seed):
         return [Episode(task=task, group_index=g, won=won, end_reason="won" if won else "max_steps",
                         steps=(StepRecord(observation=Observation("start"), prompt_tokens=(1, g),
                                           response_tokens=(2, g), logprobs=(-0.5, -0.5), response_text=action,
@@ -90,7 +90,8 @@ class ScriptedPolicy:
 def _step(use_reward_model: bool):
     services = Services(policy=ScriptedPolicy(), policy_trainer=RecordingTrainer(), reward_trainer=RecordingTrainer(),
                         reward_model=RewardModel(make_role(RULE, prompts=None)), log=lambda _: None)
-    settings = LoopSettings(tasks_per_step=1, rollout=RolloutConfig(group_size=G), judge=JudgeConfig(num_judgments=M),
+    settings = LoopSettings(tasks_per_step=1, rollout=RolloutConfig(group_size=G, continuous_batching=True),
+                            judge=JudgeConfig(num_judgments=M, continuous_batching=True),
                             signal=SignalConfig(num_judgments=M, step_weight=1.0 if use_reward_model else 0.0),
                             use_reward_model=use_reward_model, train_reward_model=use_reward_model, pack_turns=False,
                             adapt_environment=False)

@@ -53,7 +53,7 @@ class FakePolicy:
     def __init__(self):
         self.played, self.params = [], None
 
-    def play(self, tasks, config):
+    def play(self, tasks, config, seed):
         self.played.append([t.task_id for t in tasks])
         episodes = []
         for task in tasks:
@@ -84,7 +84,7 @@ class ScriptedStepJudging(StepJudging):
 
     prompts: object = None
 
-    def judge(self, reward_model, episodes, config):
+    def judge(self, reward_model, episodes, config, seed):
         out = []
         for e in episodes:
             n = len(e.steps)
@@ -115,7 +115,8 @@ class FakeGenerator:
 
 
 def _settings(**changes) -> LoopSettings:
-    settings = LoopSettings(tasks_per_step=3, rollout=RolloutConfig(group_size=G), judge=JudgeConfig(num_judgments=M),
+    settings = LoopSettings(tasks_per_step=3, rollout=RolloutConfig(group_size=G, continuous_batching=True),
+                            judge=JudgeConfig(num_judgments=M, continuous_batching=True),
                             signal=SignalConfig(num_judgments=M), pack_turns=False)
     return dataclasses.replace(settings, **changes)
 
@@ -210,7 +211,7 @@ class ScriptedUnitTestWriting(UnitTestWriting):
     prompts: object = None
     groups: dict = dataclasses.field(default_factory=dict)   # what it was asked to write tests for
 
-    def write(self, reward_model, groups, config):
+    def write(self, reward_model, groups, config, seed):
         self.groups.update({k: len(v) for k, v in groups.items()})
         out = {}
         for task_id, episodes in groups.items():

@@ -63,7 +63,7 @@ class LiveEpisode:
 def fits(slot: LiveEpisode, config: RolloutConfig, policy: Sampler) -> bool:
     """The episode's history, next message and response fit its context (as a re-prefilled prompt)."""
     needed = bucket_length(len(slot.history) + len(slot.pending), 16) + config.max_new_tokens
-    return needed <= min(config.max_context_tokens, policy.config.max_cache_length)
+    return needed <= min(config.max_prompt_tokens + config.max_new_tokens, policy.config.max_cache_length)
 
 
 def ensure_room(policy: Sampler, conversation: Conversation | None, live: list[LiveEpisode],
@@ -154,7 +154,7 @@ def _cache_bucket(n: int, policy: Sampler) -> int:
 
 
 def generate_turn(policy: Sampler, conversation: Conversation, live: list[LiveEpisode], config: RolloutConfig,
-                   turn: int) -> list:
+                   seed: int, turn: int) -> list:
     rows = [[] for _ in range(conversation.num_rows)]
     row_images = [[] for _ in range(conversation.num_rows)]
     appended = False
@@ -175,5 +175,5 @@ def generate_turn(policy: Sampler, conversation: Conversation, live: list[LiveEp
             slot.history, slot.images, slot.pending, slot.pending_images = slot.pending, slot.pending_images, [], []
             slot.joining = False
     completions = policy.decode(conversation, config.max_new_tokens, config.strategy,
-                                seed=derive_seed(config.seed, "turn", turn), stop_strings=config.stop_strings)
+                                seed=derive_seed(seed, "turn", turn), stop_strings=config.stop_strings)
     return [completions[slot.row] for slot in live]

@@ -33,17 +33,23 @@ from rlanything_jax.sampling.stops import Completion
 from rlanything_jax.sampling.strategies import make_strategy
 from rlanything_jax.seeds import derive_seed
 
+BATCH_SIZE = 64   # generations at once (batch_size // m prompts, at least one)
 
-@dataclasses.dataclass(frozen=True)
+
+# The config's `reward` keys that judging reads, under their names in the config file and with its defaults
+# (`config_sections.RewardConfig`, a test holds them equal), and judging's own: `assemble.judge_config` builds
+# one from a run's config. Its own record, so that the agents import nothing of the config.
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class JudgeConfig:
     num_judgments: int = 3        # m
-    max_new_tokens: int = 512
+    max_new_tokens: int = 4000
     temperature: float = 0.8
     top_p: float = 0.95
-    top_k: int = 0
-    batch_size: int = 64          # generations at once (batch_size // m prompts, at least one)
-    continuous_batching: bool = True   # rows refilled as judgments end (else: chunks of batch_size)
-    seed: int = 0
+    # Rows refilled as judgments end (else: chunks of batch_size). No default: `rollout.continuous_batching`,
+    # resolved (`RolloutSection.refills_rows`).
+    continuous_batching: bool
+    top_k: int = 0                # not a config key: the reward model samples without a top-k cut
+    batch_size: int = BATCH_SIZE  # not a config key
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,13 +61,13 @@ class Judgment:
 
 
 def judge_prompts(reward_model: Sampler, prompts: StepJudgePrompts, prompt_tokens: Sequence[Sequence[int]],
-                  config: JudgeConfig,
+                  config: JudgeConfig, seed: int,
                   prompt_images: Sequence[Sequence] | None = None) -> tuple[list[list[Judgment]], Counts]:
     """m judgments of each prompt (in the given order), longest prompts batched together; each prompt is
     prefilled once and sampled m times. `prompt_images[i]` are prompt i's images, if any. With the call's
     counts (parse statuses, tokens, `judge/...` slots, `time/judge_sampling_s`)."""
     started = time.perf_counter()
-    samples, sampled = sample_each(reward_model, prompt_tokens, config, "judge", prompt_images=prompt_images)
+    samples, sampled = sample_each(reward_model, prompt_tokens, config, seed, "judge", prompt_images=prompt_images)
     metrics: Counter = Counter(sampled)
     out: list[list[Judgment]] = []
     for completions in samples:
@@ -76,7 +82,7 @@ def judge_prompts(reward_model: Sampler, prompts: StepJudgePrompts, prompt_token
     return out, dict(metrics)
 
 
-def sample_each(reward_model: Sampler, prompt_tokens: Sequence[Sequence[int]], config: JudgeConfig,
+def sample_each(reward_model: Sampler, prompt_tokens: Sequence[Sequence[int]], config: JudgeConfig, seed: int,
                 tag: str, prompt_images: Sequence[Sequence] | None = None) -> tuple[list[list[Completion]], Counts]:
     """`config.num_judgments` completions of each prompt (in the given order), at most `config.batch_size`
     generations at once, longest prompts first; each prompt is prefilled once and sampled m times. With
@@ -100,7 +106,7 @@ def sample_each(reward_model: Sampler, prompt_tokens: Sequence[Sequence[int]], c
         images = [list(prompt_images[i]) for i in order] if prompt_images is not None else None
         completions, slot_counts = generate_in_slots(
             reward_model, [list(prompt_tokens[i]) for i in order], config.max_new_tokens, strategy,
-            slots=config.batch_size, num_samples=m, seed=derive_seed(config.seed, tag, "slots"), images=images, tag=tag)
+            slots=config.batch_size, num_samples=m, seed=derive_seed(seed, tag, "slots"), images=images, tag=tag)
         metrics.update(slot_counts)
         metrics[f"{tag}/slot_occupancy"] = occupancy(metrics, tag)
         chunks = [(order, completions)]
@@ -115,7 +121,7 @@ def sample_each(reward_model: Sampler, prompt_tokens: Sequence[Sequence[int]], c
             with_images = {"images": images} if any(images) else {}
             chunks.append((chunk, reward_model.generate(
                 [list(prompt_tokens[i]) for i in chunk], config.max_new_tokens, strategy,
-                seed=derive_seed(config.seed, tag, chunk_index), num_samples=m, **with_images)))
+                seed=derive_seed(seed, tag, chunk_index), num_samples=m, **with_images)))
             lines.update(start + len(chunk))
     for chunk, completions in chunks:
         for index, completion in enumerate(completions):  # prompt-major: m samples of chunk[0], then chunk[1]...
@@ -134,7 +140,7 @@ def fits_sampler(sampler, prompt_length: int, max_new_tokens: int) -> bool:
 
 
 def judge_episodes(reward_model: Sampler, prompts: StepJudgePrompts, episodes: Sequence[Episode],
-                   config: JudgeConfig) -> tuple[list[StepJudgments | None], Counts]:
+                   config: JudgeConfig, seed: int) -> tuple[list[StepJudgments | None], Counts]:
     """The reward model's m judgments of every step of each trainable episode (None for the others), with
     the judge prompts' tokens and each judgment's tokens and log-probabilities for its training; and the
     judging's counts (`judge_prompts`)."""
@@ -153,7 +159,7 @@ def judge_episodes(reward_model: Sampler, prompts: StepJudgePrompts, episodes: S
             judge_inputs.append(tokens)
             judge_images.append(images)
         per_episode.append(step_prompts)
-    judgments, counts = judge_prompts(reward_model, prompts, judge_inputs, config,
+    judgments, counts = judge_prompts(reward_model, prompts, judge_inputs, config, seed,
                                       judge_images if any(judge_images) else None)
     judged = iter(judgments)
     out: list[StepJudgments | None] = []

@@ -1,8 +1,8 @@
 """Multi-turn rollouts: G episodes per task, one batched generation per turn, KV caches kept across turns.
 
 The live episodes share a `Conversation` of the policy sampler (`agents/conversation_rows.py`: how rows
-are extended, joined, repacked and compacted). An episode whose history no longer fits
-`max_context_tokens` ends with `context_full` (a failure).
+are extended, joined, repacked and compacted). An episode whose history and next response no
+longer fit `max_prompt_tokens + max_new_tokens` ends with `context_full` (a failure).
 
 With a slot budget (`max_live_episodes`) smaller than the step's episodes, the rest wait in a queue; with
 `continuous_batching`, an episode that ends frees its environment and its cache row at once, and the next
@@ -85,6 +85,7 @@ class _Play:
     runner: Runner
     prompts: PolicyPrompts
     config: RolloutConfig
+    seed: int                      # the call's: each turn's sampling seed derives from it
     metrics: Counter               # this call's own counts, returned with its episodes
     stop_texts: dict[int, str]
     finished: dict[int, Episode] = dataclasses.field(default_factory=dict)
@@ -102,7 +103,7 @@ class _Play:
 
 
 def play_episodes(policy: Sampler, runner: Runner, prompts: PolicyPrompts, tasks: Sequence[Task],
-                  config: RolloutConfig, action_override: ActionOverride | None = None,
+                  config: RolloutConfig, seed: int, action_override: ActionOverride | None = None,
                   progress: Callable[[str], None] | None = None,
                   slots: int = 0) -> tuple[list[Episode], Counts]:
     """Plays `config.group_size` episodes of every task to the end or the step limit, at most `slots` (0: all)
@@ -114,7 +115,7 @@ def play_episodes(policy: Sampler, runner: Runner, prompts: PolicyPrompts, tasks
     """
     metrics: Counter = Counter()
     tokenizer = policy.tokenizer
-    play = _Play(policy, runner, prompts, config, metrics,
+    play = _Play(policy, runner, prompts, config, seed, metrics,
                  stop_texts={t: tokenizer.decode([t]) for t in tokenizer.stop_token_ids})
     everyone = [LiveEpisode(task=task, group_index=g, runner_id=i, history=[], observation=None, pending=[])
                 for i, (task, g) in enumerate((task, g) for task in tasks for g in range(config.group_size))]
@@ -135,7 +136,7 @@ def play_episodes(policy: Sampler, runner: Runner, prompts: PolicyPrompts, tasks
             metrics["rollout/slot_turns"] += cohort.capacity
             metrics["rollout/busy_slot_turns"] += len(cohort.live)
             started = time.perf_counter()
-            completions = generate_turn(policy, cohort.conversation, cohort.live, config, turn)
+            completions = generate_turn(policy, cohort.conversation, cohort.live, config, seed, turn)
             metrics["time/rollout_sampling_s"] += time.perf_counter() - started
             turn += 1
             records, actions = _act(cohort.live, completions, prompts, action_override, metrics)
@@ -251,17 +252,18 @@ class RolloutEngine:
     prompts: PolicyPrompts
     action_override: ActionOverride | None = None
 
-    def play(self, tasks: Sequence[Task], config: RolloutConfig) -> tuple[list[Episode], Counts]:
+    def play(self, tasks: Sequence[Task], config: RolloutConfig, seed: int) -> tuple[list[Episode], Counts]:
         # At most `max_live_episodes` environments (desktops) live at once: refilled slots, or waves of whole tasks.
         if config.continuous_batching or not config.max_live_episodes:
-            episodes, counts = play_episodes(self.sampler, self.runner, self.prompts, tasks, config,
+            episodes, counts = play_episodes(self.sampler, self.runner, self.prompts, tasks, config, seed,
                                              self.action_override, slots=config.max_live_episodes)
         else:
             per_call = max(1, config.max_live_episodes // config.group_size)
             episodes, waves = [], []
             for start in range(0, len(tasks), per_call):
                 wave, wave_counts = play_episodes(self.sampler, self.runner, self.prompts,
-                                                  tasks[start:start + per_call], config, self.action_override)
+                                                  tasks[start:start + per_call], config, seed,
+                                                  self.action_override)
                 episodes += wave
                 waves.append(wave_counts)
             counts = add_counts(*waves)

@@ -4,7 +4,7 @@ Train steps: `micro_batch_size` rows of `max_prompt_tokens + max_response_tokens
 `rl/data.collate` rounds a batch's width), in a scan of `micro_batches` micro-batches (the Learner's
 path for more than one: it carries a gradient accumulator). Samplers: the rollout's rows (tasks x
 group, or `max_live_episodes` slots) with a cache as `agents/rollout` sizes it, and the
-judge's calls (`JudgeConfig.batch_size // m` prompts, each sampled m times). Images: a vision-language
+judge's calls (`judging.BATCH_SIZE // m` prompts, each sampled m times). Images: a vision-language
 model's (`VisionPlan`) screenshots per row (`tasks.image_history` for the policy, before and after a step for
 the reward model), resized as the agent resizes them.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from rlanything_jax.agents.judging import JudgeConfig
+from rlanything_jax.agents import judging
 from rlanything_jax.config import RunConfig
 from rlanything_jax.models.family import VisionPlan
 from rlanything_jax.rl.data import _bucket as train_width_bucket
@@ -99,7 +99,7 @@ def sampler_shapes(cfg: RunConfig, role: str, vision: VisionPlan | None) -> Samp
         return SamplerShapes(rows, rows, prompt, min(cache, limit), rollout.max_new_tokens, config.min_window,
                              images, patches, image_tokens)
     m = cfg.reward.num_judgments
-    prompts = max(1, JudgeConfig().batch_size // m)
+    prompts = max(1, judging.BATCH_SIZE // m)
     prompt = bucket_length(cfg.train.reward.max_prompt_tokens, 16)
     cache = bucket_length(prompt + cfg.reward.max_new_tokens, config.min_window)
     return SamplerShapes(bucket_length(prompts, 1), bucket_length(prompts * m, 1), prompt, cache,

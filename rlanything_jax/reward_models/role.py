@@ -55,7 +55,7 @@ class RewardModelRole(Protocol):
     held_out_judgments: int    # judgments per held-out task at each evaluation (0: not judged there)
 
     def judge(self, reward_model: Any, episodes: Sequence[Episode],
-              config: JudgeConfig) -> tuple[Judgments, Counts]:
+              config: JudgeConfig, seed: int) -> tuple[Judgments, Counts]:
         """The reward model's (the sampler `reward_model`'s) judgments of a step's episodes, and the
         judging's counts (tokens, parse statuses, slots, `time/<phase>_*` seconds)."""
 

@@ -42,8 +42,8 @@ class StepJudging:
     held_out_judgments: int = 0   # held out, it is measured by its probe instead
 
     def judge(self, reward_model: Any, episodes: Sequence[Episode],
-              config: JudgeConfig) -> tuple[Judgments, Counts]:
-        steps, counts = judge_episodes(reward_model, self.prompts, episodes, config)
+              config: JudgeConfig, seed: int) -> tuple[Judgments, Counts]:
+        steps, counts = judge_episodes(reward_model, self.prompts, episodes, config, seed)
         return Judgments(steps=tuple(steps),
                          summary=f"{sum(len(e.steps) for e in episodes)} steps x {config.num_judgments}"), counts
 
@@ -73,7 +73,7 @@ class StepJudging:
             return None
         probe = probes.build_judge_probe(tasks, scenario, reward_model.tokenizer, env, seed, negatives_per_step,
                                          getattr(reward_model, "image_inputs", None))
-        return functools.partial(probes.probe_accuracy, reward_model, self.prompts, probe, config)
+        return functools.partial(probes.probe_accuracy, reward_model, self.prompts, probe, config, seed)
 
 
 def _step_judging(prompts: StepJudgePrompts, cfg: Any = None) -> StepJudging:

@@ -45,19 +45,19 @@ class UnitTestWriting:
     phase: str = "unit tests"
 
     def judge(self, reward_model: Any, episodes: Sequence[Episode],
-              config: JudgeConfig) -> tuple[Judgments, Counts]:
+              config: JudgeConfig, seed: int) -> tuple[Judgments, Counts]:
         groups: dict[str, list[Episode]] = {}
         for episode in episodes:
             groups.setdefault(episode.task.task_id, []).append(episode)
-        tests, counts = self.write(reward_model, groups, config)
+        tests, counts = self.write(reward_model, groups, config, seed)
         return Judgments(steps=(None,) * len(episodes), tasks=tests,
                          summary=f"{config.num_judgments} tests x {len(tests)} tasks"), counts
 
     def write(self, reward_model: Any, groups: Mapping[str, Sequence[Episode]],
-              config: JudgeConfig) -> tuple[dict[str, UnitTestJudgments], Counts]:
+              config: JudgeConfig, seed: int) -> tuple[dict[str, UnitTestJudgments], Counts]:
         """The reward model's tests of each task of `groups` (task id -> its episodes), run against its codes,
         and their counts."""
-        return write_unit_tests(reward_model, self.prompts, groups, config)
+        return write_unit_tests(reward_model, self.prompts, groups, config, seed)
 
     def policy_bonus(self, judgments: Judgments, signal: SignalConfig) -> Mapping[str, np.ndarray] | None:
         return passed_tests_bonus(judgments.tasks, signal.step_weight) if self.in_policy_reward else None

@@ -133,11 +133,11 @@ def judge_texts(prompts: UnitTestPrompts, task: Task, codes: Sequence[str], text
 
 
 def generate_samples(reward_model: Sampler, prompt_tokens: Sequence[Sequence[int]],
-                     config: JudgeConfig) -> tuple[list[list[Completion]], Counts]:
+                     config: JudgeConfig, seed: int) -> tuple[list[list[Completion]], Counts]:
     """m completions of each prompt (in the given order), as the judgments are sampled (`judging.sample_each`),
     and their counts."""
     started = time.perf_counter()
-    out, sampled = sample_each(reward_model, prompt_tokens, config, "unit_tests")
+    out, sampled = sample_each(reward_model, prompt_tokens, config, seed, "unit_tests")
     metrics: Counter = Counter(sampled)
     metrics["unit_tests/tokens"] += sum(len(c.token_ids) for completions in out for c in completions)
     metrics["time/unit_test_sampling_s"] += time.perf_counter() - started
@@ -145,7 +145,7 @@ def generate_samples(reward_model: Sampler, prompt_tokens: Sequence[Sequence[int
 
 
 def write_unit_tests(reward_model: Sampler, prompts: UnitTestPrompts, groups: Mapping[str, Sequence[Episode]],
-                     config: JudgeConfig) -> tuple[dict[str, UnitTestJudgments], Counts]:
+                     config: JudgeConfig, seed: int) -> tuple[dict[str, UnitTestJudgments], Counts]:
     """The reward model's m = `config.num_judgments` unit tests for each task of `groups` (task id -> its
     episodes), run against the task's codes, and the counts of writing and running them. Tasks without
     ground-truth tests or without codes are skipped (counted)."""
@@ -165,7 +165,7 @@ def write_unit_tests(reward_model: Sampler, prompts: UnitTestPrompts, groups: Ma
             continue
         tokens = tokenizer.encode_chat(prompts.unit_test_messages(task))   # whole: its instructions lead
         jobs.append((task_id, task, codes, has_reference, tuple(tokens)))
-    generations, sampled = generate_samples(reward_model, [job[-1] for job in jobs], config)
+    generations, sampled = generate_samples(reward_model, [job[-1] for job in jobs], config, seed)
     metrics.update(sampled)
     out = {}
     for (task_id, task, codes, has_reference, tokens), completions in zip(jobs, generations):

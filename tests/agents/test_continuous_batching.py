@@ -47,14 +47,14 @@ def finish_at_task_length(episode, observation):
     return "finish" if len(episode.steps) >= LENGTHS[TASKS.index(episode.task)] else "add 1"
 
 
-def _config(**changes) -> RolloutConfig:
-    return RolloutConfig(group_size=2, max_turns=10, max_new_tokens=6, max_context_tokens=4096, temperature=0.0,
-                         **changes)
+def _config(continuous_batching: bool = True, **changes) -> RolloutConfig:
+    return RolloutConfig(group_size=2, max_turns=10, max_new_tokens=6, max_prompt_tokens=4090, temperature=0.0,
+                         continuous_batching=continuous_batching, **changes)
 
 
 def _play(policy, runner, config: RolloutConfig) -> tuple[list, Counter]:
     engine = RolloutEngine(policy, runner, PROMPTS, action_override=finish_at_task_length)
-    episodes, counts = engine.play(TASKS, config)
+    episodes, counts = engine.play(TASKS, config, 0)
     return episodes, Counter(counts)
 
 
@@ -63,7 +63,7 @@ def test_refilled_slots_stay_busy_and_sample_what_a_full_batch_samples(policy, r
     sampler, model = policy
     continuous, metrics = _play(sampler, runner, _config(max_live_episodes=SLOTS))
     waves, wave_metrics = _play(sampler, runner, _config(max_live_episodes=SLOTS, continuous_batching=False))
-    everyone, _ = play_episodes(sampler, runner, PROMPTS, TASKS, _config(), finish_at_task_length)
+    everyone, _ = play_episodes(sampler, runner, PROMPTS, TASKS, _config(), 0, finish_at_task_length)
     # Two cohorts of 2 slots taking turns: each one's environments step while the other decodes.
     overlapped, overlap_metrics = _play(sampler, runner, _config(max_live_episodes=SLOTS, overlap_env_steps=True))
 

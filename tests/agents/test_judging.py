@@ -55,7 +55,7 @@ def test_judgments_fill_every_slot_from_one_prefill_per_step(reward_model, batch
     config = JudgeConfig(num_judgments=3, max_new_tokens=5, temperature=0.0, batch_size=batch_size,
                          continuous_batching=continuous_batching)
     rows_before = reward_model.prefilled["rows"]
-    judgments, metrics = judge_episodes(reward_model, _Scenario(), episodes, config)
+    judgments, metrics = judge_episodes(reward_model, _Scenario(), episodes, config, 0)
     assert reward_model.prefilled["rows"] - rows_before == 5  # one per judged step, not per judgment
 
     assert len(judgments) == 3 and judgments[2] is None   # the crashed episode is not judged
@@ -82,6 +82,7 @@ def test_judgments_fill_every_slot_from_one_prefill_per_step(reward_model, batch
 
 def test_sampled_judgments_of_one_step_differ(reward_model):
     episodes = [_episode("look around", 1)]
-    [judged], _ = judge_episodes(reward_model, _Scenario(), episodes, JudgeConfig(num_judgments=4, max_new_tokens=6,
-                                                                                  temperature=1.0, top_p=1.0))
+    [judged], _ = judge_episodes(reward_model, _Scenario(), episodes, JudgeConfig(continuous_batching=True,
+                                                                                  num_judgments=4, max_new_tokens=6,
+                                                                                  temperature=1.0, top_p=1.0), 0)
     assert len({tuple(tokens) for tokens, _ in judged.samples[0]}) > 1

@@ -46,8 +46,9 @@ def sampler(tmp_path_factory, qwen25_tokenizer):
 
 
 def _play(sampler, tasks, override=None, max_turns=2):
-    config = RolloutConfig(group_size=1, max_turns=max_turns, max_new_tokens=4, max_context_tokens=4096)
-    return play_episodes(sampler, InProcessRunner(), ReferencePrompts(), tasks, config, action_override=override)[0]
+    config = RolloutConfig(continuous_batching=True,
+                           group_size=1, max_turns=max_turns, max_new_tokens=4, max_prompt_tokens=4092)
+    return play_episodes(sampler, InProcessRunner(), ReferencePrompts(), tasks, config, 0, action_override=override)[0]
 
 
 def test_reported_scores_give_plus_or_minus_one_and_graded_outcomes_stay(sampler):

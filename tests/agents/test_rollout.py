@@ -60,8 +60,9 @@ def _check_well_formed(episode, config, tokenizer):
 
 @pytest.mark.slow   # 20-90 s on a 2-core CPU (fast-tier budget)
 def test_random_policy_rollout_and_judgments_are_well_formed(sampler, tasks, runner):
-    config = RolloutConfig(group_size=2, max_turns=3, max_new_tokens=8, max_context_tokens=8192)
-    episodes, counts = play_episodes(sampler, runner, SCENARIO, tasks, config)
+    config = RolloutConfig(continuous_batching=True,
+                           group_size=2, max_turns=3, max_new_tokens=8, max_prompt_tokens=8184)
+    episodes, counts = play_episodes(sampler, runner, SCENARIO, tasks, config, 0)
     metrics = Counter(counts)
     assert len(episodes) == 6 and {e.group_index for e in episodes} == {0, 1}
     for episode in episodes:
@@ -72,7 +73,8 @@ def test_random_policy_rollout_and_judgments_are_well_formed(sampler, tasks, run
     assert parsed == steps == metrics["rollout/env_steps"]
     assert metrics["parse/text_game_action/no_boxed"] > 0   # random text falls back to index 0, counted
     judgments, judge_counts = judge_episodes(sampler, SCENARIO, episodes,
-                                             JudgeConfig(num_judgments=2, max_new_tokens=6, batch_size=16))
+                                             JudgeConfig(continuous_batching=True,
+                                                         num_judgments=2, max_new_tokens=6, batch_size=16), 0)
     metrics.update(judge_counts)
     for episode, judged in zip(episodes, judgments, strict=True):
         assert judged.scores.shape == judged.valid.shape == (len(episode.steps), 2)
@@ -88,8 +90,9 @@ def test_random_policy_rollout_and_judgments_are_well_formed(sampler, tasks, run
 def test_dialogue_prompts_reuse_the_cache(sampler, tasks, runner):
     """The dialogue form: each turn's prompt extends the previous prompt and response (the cache carries
     over, nothing is prefilled again), and its first prompt is the reference's."""
-    config = RolloutConfig(group_size=1, max_turns=3, max_new_tokens=8, max_context_tokens=8192)
-    episodes, counts = play_episodes(sampler, runner, DialoguePrompts(), tasks[:2], config)
+    config = RolloutConfig(continuous_batching=True,
+                           group_size=1, max_turns=3, max_new_tokens=8, max_prompt_tokens=8184)
+    episodes, counts = play_episodes(sampler, runner, DialoguePrompts(), tasks[:2], config, 0)
     metrics = Counter(counts)
     assert metrics["rollout/reprefills"] == 0 and metrics["rollout/reprefilled_rows"] == 0
     for episode in episodes:
@@ -105,12 +108,13 @@ def test_dialogue_prompts_reuse_the_cache(sampler, tasks, runner):
 def test_forced_expert_actions_win_every_game(sampler, tasks, runner):
     plans = {t.task_id: alfworld.expert_actions(t) for t in tasks}
     longest = max(len(p) for p in plans.values())
-    config = RolloutConfig(group_size=2, max_turns=longest + 1, max_new_tokens=4, max_context_tokens=8192)
+    config = RolloutConfig(continuous_batching=True,
+                           group_size=2, max_turns=longest + 1, max_new_tokens=4, max_prompt_tokens=8188)
 
     def expert(episode, observation):
         return plans[episode.task.task_id][len(episode.steps) - 1]
 
-    episodes, _ = play_episodes(sampler, runner, SCENARIO, tasks, config, action_override=expert)
+    episodes, _ = play_episodes(sampler, runner, SCENARIO, tasks, config, 0, action_override=expert)
     assert all(e.won and e.end_reason == "won" for e in episodes)
     assert [len(e.steps) for e in episodes] == [len(plans[e.task.task_id]) for e in episodes]
 
@@ -118,12 +122,13 @@ def test_forced_expert_actions_win_every_game(sampler, tasks, runner):
 @pytest.mark.slow   # 20-90 s on a 2-core CPU (fast-tier budget)
 def test_an_environment_killed_mid_episode_ends_only_its_episode(sampler, tasks, runner):
     doomed = Task("toy/doomed", "toy", "reach a multiple of 3")
-    config = RolloutConfig(group_size=1, max_turns=3, max_new_tokens=4, max_context_tokens=8192)
+    config = RolloutConfig(continuous_batching=True,
+                           group_size=1, max_turns=3, max_new_tokens=4, max_prompt_tokens=8188)
 
     def kill_toy_on_second_step(episode, observation):
         return "sigkill" if episode.task.kind == "toy" and len(episode.steps) == 2 else None
 
-    episodes, counts = play_episodes(sampler, runner, SCENARIO, [doomed] + tasks[:2], config,
+    episodes, counts = play_episodes(sampler, runner, SCENARIO, [doomed] + tasks[:2], config, 0,
                                       action_override=kill_toy_on_second_step)
     metrics = Counter(counts)
     assert episodes[0].end_reason == "env_error" and episodes[0].env_error and not episodes[0].trainable
@@ -139,8 +144,9 @@ def test_a_rollout_prints_progress_lines_of_episodes_done(sampler, tasks, runner
     progress.set_sink(lines.append)
     monkeypatch.setattr(progress, "EVERY_S", 0.0)   # a line at every turn
     try:
-        config = RolloutConfig(group_size=2, max_turns=2, max_new_tokens=4, max_context_tokens=8192)
-        episodes, _ = play_episodes(sampler, runner, SCENARIO, tasks[:2], config)
+        config = RolloutConfig(continuous_batching=True,
+                               group_size=2, max_turns=2, max_new_tokens=4, max_prompt_tokens=8188)
+        episodes, _ = play_episodes(sampler, runner, SCENARIO, tasks[:2], config, 0)
     finally:
         progress.set_sink(print)
     assert len(episodes) == 4 and lines[0].startswith("rollouts: 0/4 episodes (")

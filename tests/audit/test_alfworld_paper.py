@@ -55,15 +55,15 @@ class Recorder:
     def __init__(self, engine, judge):
         self.engine, self.judge_impl, self.episodes, self.judgments = engine, judge, [], []
 
-    def play(self, tasks, config):
-        self.episodes, counts = self.engine.play(tasks, config)
+    def play(self, tasks, config, seed):
+        self.episodes, counts = self.engine.play(tasks, config, seed)
         return self.episodes, counts
 
     def __getattr__(self, name):   # the rest of the reward model's role: the real one's
         return getattr(self.judge_impl, name)
 
-    def judge(self, reward_model, episodes, config):
-        judgments, counts = self.judge_impl.judge(reward_model, episodes, config)
+    def judge(self, reward_model, episodes, config, seed):
+        judgments, counts = self.judge_impl.judge(reward_model, episodes, config, seed)
         self.judgments = list(judgments.steps)
         return judgments, counts
 
@@ -121,7 +121,8 @@ def test_the_paper_configs_first_step_holds_and_trains_on_every_expert_step(tmp_
     for episode in episodes:
         for step in episode.steps:
             assert len(step.response_tokens) == RESPONSE_TOKENS
-            assert len(step.prompt_tokens) + cfg.rollout.max_new_tokens <= paper.rollout.max_context_tokens
+            context = paper.rollout.max_prompt_tokens + paper.rollout.max_new_tokens
+            assert len(step.prompt_tokens) + cfg.rollout.max_new_tokens <= context
     longest = max(episodes, key=lambda e: len(e.steps))
     # The reference's prompt: built afresh each turn from the trajectory, without earlier responses.
     last = longest.steps[-1]

@@ -172,9 +172,9 @@ def test_write_unit_tests_with_a_real_sampler(reward_model, sum_two):
                                 _episode(sum_two, 2, ADD, env_error="crash"), _episode(sum_two, 3)],
               reverse.task_id: [_episode(reverse, 0, "print(input())")],
               humaneval.task_id: [_episode(humaneval, 0, "def f(): pass")]}
-    config = JudgeConfig(num_judgments=3, max_new_tokens=8, temperature=0.0, batch_size=3)
+    config = JudgeConfig(continuous_batching=True, num_judgments=3, max_new_tokens=8, temperature=0.0, batch_size=3)
     rows_before = reward_model.prefilled["rows"]
-    judgments, metrics = write_unit_tests(reward_model, prompts, groups, config)
+    judgments, metrics = write_unit_tests(reward_model, prompts, groups, config, 0)
     assert reward_model.prefilled["rows"] - rows_before == 2   # one prefill per task, m samples each
     assert set(judgments) == {sum_two.task_id, reverse.task_id}
     assert metrics["unit_tests/tasks_without_gt_tests"] == 1 and metrics["unit_tests/tasks"] == 2
@@ -197,13 +197,13 @@ def test_write_unit_tests_with_a_real_sampler(reward_model, sum_two):
     assert metrics["unit_tests/tokens"] == sum(len(t) for j in judgments.values() for t, _ in j.samples)
 
     role = UnitTestWriting(prompts)   # the role, as the loop uses it: every episode of the step, grouped by task
-    again = role.judge(reward_model, [e for episodes in groups.values() for e in episodes], config)[0].tasks
+    again = role.judge(reward_model, [e for episodes in groups.values() for e in episodes], config, 0)[0].tasks
     assert again[sum_two.task_id].samples == judged.samples
 
 
 def test_sampled_tests_of_one_task_differ(reward_model, sum_two):
-    config = JudgeConfig(num_judgments=4, max_new_tokens=8, temperature=1.0, top_p=1.0, seed=3)
-    judged, _ = write_unit_tests(reward_model, CodingPrompts(), {"t": [_episode(sum_two, 0, ADD)]}, config)
+    config = JudgeConfig(continuous_batching=True, num_judgments=4, max_new_tokens=8, temperature=1.0, top_p=1.0)
+    judged, _ = write_unit_tests(reward_model, CodingPrompts(), {"t": [_episode(sum_two, 0, ADD)]}, config, 3)
     assert len({tokens for tokens, _ in judged["t"].samples}) > 1
 
 
@@ -213,7 +213,7 @@ class _PlayedPrograms:
     def __init__(self, programs):
         self.programs = programs
 
-    def play(self, tasks, config):
+    def play(self, tasks, config, seed):
         return [_episode(t, g, program) for t in tasks for g, program in enumerate(self.programs[t.task_id])], {}
 
     def update_params(self, params):
@@ -228,13 +228,14 @@ def test_evaluation_measures_the_reward_models_unit_tests_on_held_out_tasks(rewa
 
     reverse = next(t for t in coding.builtin_stdio_tasks() if t.task_id == "demo/reverse_string")
     programs = {sum_two.task_id: [ADD, SUBTRACT], reverse.task_id: ["print(input()[::-1])"]}
-    config = JudgeConfig(num_judgments=3, max_new_tokens=8, temperature=0.0, batch_size=3)
+    config = JudgeConfig(continuous_batching=True, num_judgments=3, max_new_tokens=8, temperature=0.0, batch_size=3)
     prompts = CodingPrompts()
-    episodes, report = evaluation.held_out(_PlayedPrograms(programs), [sum_two, reverse], RolloutConfig(group_size=2))
+    episodes, report = evaluation.held_out(_PlayedPrograms(programs), [sum_two, reverse],
+                                              RolloutConfig(continuous_batching=True, group_size=2), 0)
     _, figures = evaluation.reward_model_report(episodes, RewardModel(UnitTestWriting(prompts), reward_model), config,
-                                                None)
+                                                0, None)
     groups = {t.task_id: [_episode(t, g, p) for g, p in enumerate(programs[t.task_id])] for t in (sum_two, reverse)}
-    expected = unit_test_metrics(write_unit_tests(reward_model, prompts, groups, config)[0])
+    expected = unit_test_metrics(write_unit_tests(reward_model, prompts, groups, config, 0)[0])
     assert set(expected) == {"reward_model/unit_test_accuracy", "reward_model/unit_test_detect",
                              "reward_model/unit_test_valid"}
     assert figures == expected

@@ -134,9 +134,10 @@ def mean_gap_to_sampling_distribution(checked, temperature, top_k, top_p) -> flo
 @pytest.mark.slow   # 20-90 s on a 2-core CPU (fast-tier budget)
 def test_tempered_nucleus_rollouts_record_the_models_logprobs_across_extended_turns(f32, runner):
     sampler, model = f32
-    config = RolloutConfig(group_size=2, max_turns=3, max_new_tokens=8, max_context_tokens=MAX_CACHE,
-                           temperature=0.8, top_p=0.95, seed=3)
-    episodes, counts = play_episodes(sampler, runner, PROMPTS, TASKS, config)
+    config = RolloutConfig(continuous_batching=True,
+                           group_size=2, max_turns=3, max_new_tokens=8, max_prompt_tokens=MAX_CACHE - 8,
+                           temperature=0.8, top_p=0.95)
+    episodes, counts = play_episodes(sampler, runner, PROMPTS, TASKS, config, 3)
     metrics = Counter(counts)
     # Turns 2 and 3 append to each row's cache (Sampler.extend); nothing was re-prefilled.
     assert metrics["rollout/compactions"] == 0
@@ -157,9 +158,10 @@ def test_top_k_rollouts_record_the_untruncated_logprobs(f32, runner, slots):
     """With two slots, the second task's episodes join the conversation in the rows the first task's left."""
     sampler, model = f32
     top_k = 4
-    config = RolloutConfig(group_size=2, max_turns=3, max_new_tokens=8, max_context_tokens=MAX_CACHE,
-                           temperature=1.0, top_k=top_k, top_p=1.0, seed=4)
-    episodes, counts = play_episodes(sampler, runner, PROMPTS, TASKS, config, slots=slots)
+    config = RolloutConfig(continuous_batching=True,
+                           group_size=2, max_turns=3, max_new_tokens=8, max_prompt_tokens=MAX_CACHE - 8,
+                           temperature=1.0, top_k=top_k, top_p=1.0)
+    episodes, counts = play_episodes(sampler, runner, PROMPTS, TASKS, config, 4, slots=slots)
     metrics = Counter(counts)
     assert metrics["rollout/compactions"] == 0
     assert metrics["rollout/joined_rows"] == (2 if slots else 0)
@@ -177,7 +179,7 @@ def test_top_k_rollouts_record_the_untruncated_logprobs(f32, runner, slots):
 @pytest.mark.slow   # 20-90 s on a 2-core CPU (fast-tier budget)
 def test_logprobs_after_a_repack_and_up_to_a_full_context(f32, runner, monkeypatch):
     """A tight context: the shared cache fills (its rows are moved into a larger cache, `Sampler.repack`, with
-    no new prefill, and later turns extend that one) and then the histories outgrow max_context_tokens
+    no new prefill, and later turns extend that one) and then the histories outgrow max_prompt_tokens + max_new_tokens
     (`context_full`)."""
     sampler, model = f32
     prefilled: list[list[list[int]]] = []
@@ -201,9 +203,10 @@ def test_logprobs_after_a_repack_and_up_to_a_full_context(f32, runner, monkeypat
     monkeypatch.setattr(sampler, "start", recording_start)
     monkeypatch.setattr(sampler, "repack", recording_repack)
     monkeypatch.setattr(runner, "submit_step", counting_submit_step)
-    config = RolloutConfig(group_size=2, max_turns=8, max_new_tokens=8, max_context_tokens=MAX_CACHE,
-                           temperature=0.8, top_p=0.95, seed=5)
-    episodes, counts = play_episodes(sampler, runner, PROMPTS, TASKS, config)
+    config = RolloutConfig(continuous_batching=True,
+                           group_size=2, max_turns=8, max_new_tokens=8, max_prompt_tokens=MAX_CACHE - 8,
+                           temperature=0.8, top_p=0.95)
+    episodes, counts = play_episodes(sampler, runner, PROMPTS, TASKS, config, 5)
     metrics = Counter(counts)
     assert metrics["rollout/repacks"] >= 1 and metrics["rollout/compactions"] == 0 and len(prefilled) == 1
     assert metrics["episodes/context_full"] >= 1
@@ -223,9 +226,10 @@ def test_bfloat16_rollouts_match_the_bfloat16_trainer(model_dir, qwen25_tokenize
     log-probs are off by ~0.4 on average.)"""
     model = load_pretrained(model_dir, dtype="bfloat16")
     sampler = Sampler(model, tokenizer=qwen25_tokenizer, config=SamplerConfig(max_cache_length=MAX_CACHE))
-    config = RolloutConfig(group_size=2, max_turns=3, max_new_tokens=8, max_context_tokens=MAX_CACHE,
-                           temperature=0.8, top_p=0.95, seed=3)
-    episodes, _ = play_episodes(sampler, runner, PROMPTS, TASKS, config)
+    config = RolloutConfig(continuous_batching=True,
+                           group_size=2, max_turns=3, max_new_tokens=8, max_prompt_tokens=MAX_CACHE - 8,
+                           temperature=0.8, top_p=0.95)
+    episodes, _ = play_episodes(sampler, runner, PROMPTS, TASKS, config, 3)
     check_continued_caches(episodes, turns=3)
     steps = [s for e in episodes for s in e.steps]
     largest_logit = max(float(np.abs(logits).max()) for _, logits in trainer_logprobs(model, steps))

@@ -29,8 +29,8 @@ class RecordingJudge:
     def __getattr__(self, name):   # the rest of the role: the real one's
         return getattr(self.judge_impl, name)
 
-    def judge(self, reward_model, episodes, config):
-        out, counts = self.judge_impl.judge(reward_model, episodes, config)
+    def judge(self, reward_model, episodes, config, seed):
+        out, counts = self.judge_impl.judge(reward_model, episodes, config, seed)
         self.judged += out.steps
         self.episodes += episodes
         return out, counts
