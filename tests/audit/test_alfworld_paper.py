@@ -100,10 +100,13 @@ def test_the_paper_configs_first_step_holds_and_trains_on_every_expert_step(tmp_
 
     paper = assemble.loop_settings(cfg, scenario)
     # Responses of 163 tokens: the stand-in model never writes an end of turn, so each turn is cut there. The
-    # context stays the paper's (it is checked against the paper's 2000-token answers below); the judgments
-    # are kept short (their length is checked against the training limit below).
-    settings = dataclasses.replace(paper, rollout=dataclasses.replace(paper.rollout, max_new_tokens=RESPONSE_TOKENS),
-                                   judge=dataclasses.replace(paper.judge, max_new_tokens=16))
+    # context (max_prompt_tokens + max_new_tokens) stays the paper's: the tokens the responses give up go to the
+    # prompts (it is checked against the paper's 2000-token answers below); the judgments are kept short (their
+    # length is checked against the training limit below).
+    context = paper.rollout.max_prompt_tokens + paper.rollout.max_new_tokens
+    rollout = dataclasses.replace(paper.rollout, max_new_tokens=RESPONSE_TOKENS,
+                                  max_prompt_tokens=context - RESPONSE_TOKENS)
+    settings = dataclasses.replace(paper, rollout=rollout, judge=dataclasses.replace(paper.judge, max_new_tokens=16))
     recorder = Recorder(RolloutEngine(samplers["policy"], InProcessRunner(), scenario.prompts, expert),
                         StepJudging(HashedVotes(scenario.prompts)))
     services = Services(policy=recorder, policy_trainer=learners["policy"], reward_trainer=learners["reward"],
@@ -121,7 +124,6 @@ def test_the_paper_configs_first_step_holds_and_trains_on_every_expert_step(tmp_
     for episode in episodes:
         for step in episode.steps:
             assert len(step.response_tokens) == RESPONSE_TOKENS
-            context = paper.rollout.max_prompt_tokens + paper.rollout.max_new_tokens
             assert len(step.prompt_tokens) + cfg.rollout.max_new_tokens <= context
     longest = max(episodes, key=lambda e: len(e.steps))
     # The reference's prompt: built afresh each turn from the trajectory, without earlier responses.
