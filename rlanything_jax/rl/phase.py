@@ -16,7 +16,7 @@ several steps' responses in one row, train exactly as their per-step examples wo
 
 With `share_prompts`, an update whose examples repeat a prompt is laid out by `rl/shared_prompts.collate_update`
 (the same examples per update; its micro-batch count comes from the batch, bucketed the same way): each prompt
-runs once as a shared prefix, the update and its metrics unchanged.
+runs once as a shared prefix, the update and its metrics unchanged. A vision-language learner's batches stay plain.
 """
 
 from __future__ import annotations
@@ -189,9 +189,10 @@ def train_phase(learner: Learner, state: TrainState, examples: Sequence[Example]
     updates, num_micro = update_plan(len(kept), cfg.updates_per_step, cfg.micro_batch_size)
     update_metrics = []
     lines = Progress(f"{prefix} training", updates * cfg.ppo_epochs, "updates")
-    collate_fn = functools.partial(collate_update, micro_batch_size=cfg.micro_batch_size) if cfg.share_prompts \
-        else collate
-    if cfg.share_prompts:
+    # A vision-language model's batches stay plain, text-only ones too (its prefix path is not checked against M-RoPE).
+    share = cfg.share_prompts and learner.images is None
+    collate_fn = functools.partial(collate_update, micro_batch_size=cfg.micro_batch_size) if share else collate
+    if share:
         counts.update({f"{prefix}_data/shared_prompt_rows": 0, f"{prefix}_data/shared_prompts": 0})
     # PPO epochs: each pass reshuffles the same examples; the clip keeps later passes near the sampler's policy.
     for epoch in range(cfg.ppo_epochs):

@@ -101,6 +101,7 @@ class TrainConfig:
     # backward run once per group. The same update, loss and metrics; a micro-batch then holds up to
     # micro_batch_size prompts with their response rows (`rl/shared_prompts`). Which examples go into which
     # update does not change: a prompt's examples that the shuffle puts into different updates share per update.
+    # A vision-language model's batches stay plain.
     share_prompts: bool = False
     # LoRA adapters (models/lora.LoRAConfig: rank, alpha, dropout, targets): rank 0 trains every parameter;
     # rank > 0 trains adapters on the target projections only, the base frozen in its own dtype.
