@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from typing import Any, Iterator, NamedTuple, Sequence
+from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
 import grain
 import numpy as np
@@ -333,16 +333,18 @@ class BatchIterator:
     By default, batches of `cfg.batch_size` examples (the last one short). With `num_batches`, the
     examples are split evenly into that many batches (sizes differ by at most one), each filled with
     empty rows to `cfg.batch_size` rows: an optimizer update never gets a lone leftover example.
+    `collate_fn` makes each batch from its examples (`collate`; `shared_prompts.collate_update` shares prompts).
     """
 
-    def __init__(self, examples: Sequence[Example], cfg: DataConfig, num_batches: int | None = None):
+    def __init__(self, examples: Sequence[Example], cfg: DataConfig, num_batches: int | None = None,
+                 collate_fn: Callable[[Sequence[Example], DataConfig], TrainBatch] = collate):
         self.cfg = cfg
         self.examples, self.counts = prepare_examples(examples, cfg)
         dataset = grain.MapDataset.source(self.examples)
         if self.examples:
             dataset = dataset.shuffle(seed=cfg.seed)
         if num_batches is None:
-            dataset = dataset.batch(cfg.batch_size, drop_remainder=False, batch_fn=lambda rows: collate(rows, cfg))
+            dataset = dataset.batch(cfg.batch_size, drop_remainder=False, batch_fn=lambda rows: collate_fn(rows, cfg))
         else:
             sizes = even_split(len(self.examples), num_batches)
             if max(sizes, default=0) > cfg.batch_size:
@@ -351,7 +353,7 @@ class BatchIterator:
             starts = np.cumsum([0] + sizes)
             shuffled = dataset
             dataset = grain.MapDataset.range(num_batches).map(
-                lambda j: collate([shuffled[i] for i in range(starts[j], starts[j + 1])], cfg))
+                lambda j: collate_fn([shuffled[i] for i in range(starts[j], starts[j + 1])], cfg))
         self._dataset = dataset
         self._iterator = iter(dataset.to_iter_dataset())
 

@@ -13,11 +13,16 @@ The configured aggregation is applied by the data (`DataConfig.aggregation`: per
 advantages and loss weights), and the step always takes the weighted token mean over the
 whole update, however it is split into micro-batches. So turn-packed examples, which hold
 several steps' responses in one row, train exactly as their per-step examples would.
+
+With `share_prompts`, an update whose examples repeat a prompt is laid out by `rl/shared_prompts.collate_update`
+(the same examples per update; its micro-batch count comes from the batch, bucketed the same way): each prompt
+runs once as a shared prefix, the update and its metrics unchanged. A vision-language learner's batches stay plain.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Mapping, Sequence
 
@@ -30,7 +35,8 @@ from rlanything_jax import multihost
 from rlanything_jax import sharding as sharding_lib
 from rlanything_jax.models.lora import add_adapters, split_adapters
 from rlanything_jax.progress import Progress
-from rlanything_jax.rl.data import BatchIterator, DataConfig, Example
+from rlanything_jax.rl.data import BatchIterator, DataConfig, Example, collate
+from rlanything_jax.rl.shared_prompts import collate_update, sharing_counts
 from rlanything_jax.rl.train_config import TrainConfig
 from rlanything_jax.rl.train_state import (
     TrainState,
@@ -100,8 +106,9 @@ class Learner:
     def _step_fn(self, state: TrainState, batch: TrainBatch, num_micro: int):
         # A vision-language batch's own inputs: images through the vision part, or cached features.
         images = tuple(x.shape for x in jax.tree.leaves(batch.model_inputs))
+        prefixes = None if batch.prefix_ids is None else tuple(batch.prefix_ids.shape)
         key = (num_micro,) + tuple(batch.input_ids.shape) + (batch.targets.shape[1], batch.ref_logp is None,
-                                                              state.reference is None, images)
+                                                              state.reference is None, images, prefixes)
         if key not in self.compiled:
             cfg = self.train_config
             # The batch's loss weights carry cfg.aggregation (see the module docstring).
@@ -182,13 +189,24 @@ def train_phase(learner: Learner, state: TrainState, examples: Sequence[Example]
     updates, num_micro = update_plan(len(kept), cfg.updates_per_step, cfg.micro_batch_size)
     update_metrics = []
     lines = Progress(f"{prefix} training", updates * cfg.ppo_epochs, "updates")
+    # A vision-language model's batches stay plain, text-only ones too (its prefix path is not checked against M-RoPE).
+    share = cfg.share_prompts and learner.images is None
+    collate_fn = functools.partial(collate_update, micro_batch_size=cfg.micro_batch_size) if share else collate
+    if share:
+        counts.update({f"{prefix}_data/shared_prompt_rows": 0, f"{prefix}_data/shared_prompts": 0})
     # PPO epochs: each pass reshuffles the same examples; the clip keeps later passes near the sampler's policy.
     for epoch in range(cfg.ppo_epochs):
         batches = BatchIterator(kept, dataclasses.replace(data_cfg, batch_size=num_micro * cfg.micro_batch_size,
-                                                          seed=epoch_seed(seed, epoch)), num_batches=updates)
+                                                          seed=epoch_seed(seed, epoch)), num_batches=updates,
+                                collate_fn=collate_fn)
         for batch in batches:
+            micro = num_micro
+            if batch.prefix_ids is not None:   # a shared-prompt layout: its own micro-batch count
+                micro = batch.prefix_ids.shape[0] // cfg.micro_batch_size
+                for name, count in sharing_counts(batch).items():
+                    counts[f"{prefix}_data/{name}"] += count
             batch = learner.with_frozen_features(state.params, learner.place(batch))
-            step_fn = learner._step_fn(state, batch, num_micro)
+            step_fn = learner._step_fn(state, batch, micro)
             state, step_metrics = step_fn(state, batch)
             update_metrics.append({name: float(np.asarray(value))
                                    for name, value in jax.device_get(step_metrics).items()})

@@ -54,6 +54,7 @@ _CHECKS = (
     ("pack_turns", v.boolean),
     ("remat", _choice(tuple(REMAT_POLICIES))),
     ("master_copy", v.boolean),
+    ("share_prompts", v.boolean),
 )
 
 
@@ -95,6 +96,13 @@ class TrainConfig:
     # learning rate on weights near 1) are not lost, as in the reference's FSDP mixed precision. 4 more bytes
     # per parameter and float32 moments; nothing for float32 parameters (the CPU configs').
     master_copy: bool = True
+    # Examples of one update whose prompts are identical (text only: the reward model's m judgments of a step,
+    # a group's rollouts) share one micro-batch and train their prompt once, as a shared prefix: its forward and
+    # backward run once per group. The same update, loss and metrics; a micro-batch then holds up to
+    # micro_batch_size prompts with their response rows (`rl/shared_prompts`). Which examples go into which
+    # update does not change: a prompt's examples that the shuffle puts into different updates share per update.
+    # A vision-language model's batches stay plain.
+    share_prompts: bool = False
     # LoRA adapters (models/lora.LoRAConfig: rank, alpha, dropout, targets): rank 0 trains every parameter;
     # rank > 0 trains adapters on the target projections only, the base frozen in its own dtype.
     lora: LoRAConfig = LoRAConfig()

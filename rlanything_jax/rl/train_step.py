@@ -198,8 +198,8 @@ def share_prompt_prefixes(batch: TrainBatch, group_size: int, prefix_length: int
     of the forward and backward once per group. The per-token arrays must lie in the remaining
     columns (`targets.shape[1] <= L - prefix_length`). Host-side (numpy) arrays in and out.
 
-    Not wired into the training loop: `rl/phase.train_phase` shuffles rows across groups and
-    never calls it; bench/train_step.py measures what it saves.
+    The training loop lays out its own prefixes (`rl/shared_prompts.collate_update`, under
+    `TrainConfig.share_prompts`); bench/train_step.py measures what this saves.
 
     Switched off for a vision-language batch (its rows' model inputs, e.g. image features and positions, would have
     to be split between prefix and rows): the batch comes back unchanged and `counts` gets its rows
