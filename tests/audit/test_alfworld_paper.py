@@ -151,7 +151,7 @@ def test_the_paper_configs_first_step_holds_and_trains_on_every_expert_step(tmp_
 
     # A step whose prompt is over the training limit is kept out of training and counted, as the reference
     # drops it; its episode has gone on (here: a limit of 400 tokens, which the games' late turns pass).
-    examples = [ex for e in episodes for ex in episode_examples(e, [1.0] * len(e.steps), pack_turns=False)]
+    examples = [ex for e in episodes for ex in episode_examples(e, [1.0] * len(e.steps), pack_turns=False)[0]]
     tight = DataConfig(batch_size=1, max_prompt_tokens=400, max_response_tokens=2048, eos_id=0, overlong_prompt="drop")
     kept, counts = prepare_examples(examples, tight)
     over = sum(len(s.prompt_tokens) > 400 for e in episodes for s in e.steps)
