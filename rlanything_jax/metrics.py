@@ -6,6 +6,7 @@ run killed between a metrics write and the next checkpoint never shows a step tw
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -83,20 +84,28 @@ def _resident_gib() -> float | None:
         return None
 
 
+@functools.cache
+def _malloc_trim() -> Any:
+    """glibc's `malloc_trim`, looked up once (`find_library` runs a subprocess); None without glibc."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c")).malloc_trim
+    except (OSError, AttributeError, TypeError):   # no libc found, or not glibc
+        return None
+
+
 def release_host_memory() -> float:
     """Hands the host allocator's free pages back to the system (glibc's `malloc_trim`) and returns the GiB
     released (0 where there is no glibc). Why: XLA frees its buffers of many sizes into glibc's arenas, which
     keep them; a learning run's resident size climbed ~1.5 GB a step with its live arrays level, until the
     kernel killed it (docs/results.md)."""
-    import ctypes
-    import ctypes.util
-
-    name = ctypes.util.find_library("c")
-    before = _resident_gib()
-    try:
-        ctypes.CDLL(name).malloc_trim(0)
-    except (OSError, AttributeError, TypeError):   # no libc found, or not glibc
+    trim = _malloc_trim()
+    if trim is None:
         return 0.0
+    before = _resident_gib()
+    trim(0)
     after = _resident_gib()
     return max(0.0, before - after) if before is not None and after is not None else 0.0
 
