@@ -1,4 +1,4 @@
-"""Attention kernels on this machine: `chunked` against `xla` (models/attention_kernels.py).
+"""Attention kernels on this machine: `chunked` against `xla` (core/models/attention_kernels.py).
 
     .venv/bin/python bench/attention.py [--batch 8] [--new 2048] [--cache 8192] [--heads 4] [--kv-heads 2]
 
@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rlanything_jax.models.attention_kernels import AttentionKernel, causal_attention
+from rlanything_jax.core.models.attention_kernels import AttentionKernel, causal_attention
 
 KERNELS = ("xla", "chunked")
 

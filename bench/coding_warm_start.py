@@ -26,14 +26,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from rlanything_jax import assemble, warm_start  # noqa: E402
+from rlanything_jax.agents.envs.base import Observation, make_env  # noqa: E402
+from rlanything_jax.agents.reward_models.unit_tests import unit_test_metrics, write_unit_tests  # noqa: E402
 from rlanything_jax.agents.trajectory import Episode, StepRecord  # noqa: E402
-from rlanything_jax.config import load_config  # noqa: E402
-from rlanything_jax.envs.base import Observation, make_env  # noqa: E402
-from rlanything_jax.reward_models.unit_tests import unit_test_metrics, write_unit_tests  # noqa: E402
-from rlanything_jax.rl.train_state import init_train_state  # noqa: E402
-from rlanything_jax.sampling.strategies import make_strategy  # noqa: E402
+from rlanything_jax.core.rl.train_state import init_train_state  # noqa: E402
+from rlanything_jax.core.sampling.strategies import make_strategy  # noqa: E402
 from rlanything_jax.scenarios.coding import env as coding  # noqa: E402
+from rlanything_jax.system import assemble, warm_start  # noqa: E402
+from rlanything_jax.system.config import load_config  # noqa: E402
 
 
 def sample_programs(sampler, prompts, tasks, num_samples, max_new_tokens, temperature, seed):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from rlanything_jax.envs.base import Observation, StepResult, Task, make_env, register_env
+from rlanything_jax.agents.envs.base import Observation, StepResult, Task, make_env, register_env
 
 
 def delayed(task: Task, step_s: float) -> Task:

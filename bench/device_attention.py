@@ -14,11 +14,11 @@ import numpy as np
 from device_measure import Context, TrainResult, compile_step, median, memory_of, ready, run_steps, si
 from flax import nnx
 
-from rlanything_jax.models import Decoder
-from rlanything_jax.sampling.sampler import Sampler, SamplerConfig
+from rlanything_jax.core.models import Decoder
+from rlanything_jax.core.sampling.sampler import Sampler, SamplerConfig
 
-try:  # the attention switch (models/attention_kernels.py); part 3 is skipped without it
-    from rlanything_jax.models import attention_kernels
+try:  # the attention switch (core/models/attention_kernels.py); part 3 is skipped without it
+    from rlanything_jax.core.models import attention_kernels
 except ImportError:
     attention_kernels = None
 

@@ -7,7 +7,7 @@
 On the first local device it builds a `models.Decoder` with random weights in bfloat16, shaped like
 Qwen2.5-0.5B-Instruct (`--shape=0.5b`, the default) or Qwen2.5-1.5B (`--shape=1.5b`): qkv biases, tied
 embeddings, rope theta 1e6. It then times:
-1. The policy train step (`rl/train_step.jit_train_step`: PPO-clip + k3 KL against given reference
+1. The policy train step (`core/rl/train_step.jit_train_step`: PPO-clip + k3 KL against given reference
    log-probabilities, AdamW after global-norm clipping, one update, no micro-batching) on a batch of
    8 x 1024 tokens whose last 512 positions are the loss window: the median of 5 steps after 2 warm-up
    steps. It prints the model FLOPs, the achieved FLOP/s, the MFU against the chip's dense bf16 peak
@@ -57,10 +57,10 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 from flax import nnx  # noqa: E402
 
-from rlanything_jax import sharding  # noqa: E402
-from rlanything_jax.models import Decoder, DecoderConfig, RopeConfig  # noqa: E402
-from rlanything_jax.rl.train_state import init_train_state, make_optimizer, train_state_shardings  # noqa: E402
-from rlanything_jax.rl.train_step import TrainSpec, batch_shardings  # noqa: E402
+from rlanything_jax.core import sharding  # noqa: E402
+from rlanything_jax.core.models import Decoder, DecoderConfig, RopeConfig  # noqa: E402
+from rlanything_jax.core.rl.train_state import init_train_state, make_optimizer, train_state_shardings  # noqa: E402
+from rlanything_jax.core.rl.train_step import TrainSpec, batch_shardings  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # bench/, also when loaded by file path
 from device_attention import FallbackLog, attention_kernels, attention_part  # noqa: E402
@@ -213,7 +213,7 @@ def main() -> None:
     started = time.perf_counter()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     fallbacks = FallbackLog()
-    logging.getLogger("rlanything_jax.models.attention_kernels").addHandler(fallbacks)
+    logging.getLogger("rlanything_jax.core.models.attention_kernels").addHandler(fallbacks)
 
     device = jax.local_devices()[0]
     kind, platform = device.device_kind, device.platform

@@ -13,10 +13,10 @@ from typing import Any
 import jax
 import numpy as np
 
-from rlanything_jax.models import Decoder, DecoderConfig
-from rlanything_jax.rl.train_step import TrainBatch, TrainSpec, jit_train_step
-from rlanything_jax.sampling.sampler import Sampler, SamplerConfig, window_buckets
-from rlanything_jax.sampling.strategies import Greedy
+from rlanything_jax.core.models import Decoder, DecoderConfig
+from rlanything_jax.core.rl.train_step import TrainBatch, TrainSpec, jit_train_step
+from rlanything_jax.core.sampling.sampler import Sampler, SamplerConfig, window_buckets
+from rlanything_jax.core.sampling.strategies import Greedy
 
 # ---------------------------------------------------------------- what the parts share
 

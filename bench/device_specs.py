@@ -7,7 +7,7 @@ import dataclasses
 import re
 from typing import Any
 
-from rlanything_jax.models import DecoderConfig
+from rlanything_jax.core.models import DecoderConfig
 
 
 @dataclasses.dataclass(frozen=True)

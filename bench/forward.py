@@ -24,8 +24,8 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 from flax import nnx  # noqa: E402
 
-from rlanything_jax.models import load_pretrained  # noqa: E402
-from rlanything_jax.models.registry import resolve_model_dir  # noqa: E402
+from rlanything_jax.core.models import load_pretrained  # noqa: E402
+from rlanything_jax.core.models.registry import resolve_model_dir  # noqa: E402
 
 
 def _time(fn, repeats: int) -> float:

@@ -27,9 +27,9 @@ import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
 
 from rlanything_jax.agents.judging import JudgeConfig, sample_each  # noqa: E402
-from rlanything_jax.models import Decoder, DecoderConfig  # noqa: E402
-from rlanything_jax.sampling.sampler import Sampler, SamplerConfig  # noqa: E402
-from rlanything_jax.sampling.slots import occupancy  # noqa: E402
+from rlanything_jax.core.models import Decoder, DecoderConfig  # noqa: E402
+from rlanything_jax.core.sampling.sampler import Sampler, SamplerConfig  # noqa: E402
+from rlanything_jax.core.sampling.slots import occupancy  # noqa: E402
 
 STOP_IDS = tuple(range(1000, 1024))
 

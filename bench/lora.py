@@ -3,7 +3,7 @@
     .venv/bin/python bench/lora.py [--rows 4] [--length 256] [--window 128] [--repeats 3] [--rank 16]
                                    [--dtype float32] [--decode]
 
-Both learners take the same jitted PPO train step (`rl/train_step`, explicit shardings, donated state) on
+Both learners take the same jitted PPO train step (`core/rl/train_step`, explicit shardings, donated state) on
 the same batch (rows x length tokens, the loss over the last `window` positions), each timed over
 `repeats` updates after a compiling one. Memory per update: the train state's bytes (LoRA: the frozen base,
 the adapters and their AdamW moments; full: the parameters and their moments) and the compiled step's
@@ -28,14 +28,14 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
 
-from rlanything_jax import sharding  # noqa: E402
-from rlanything_jax.models import load_pretrained  # noqa: E402
-from rlanything_jax.models.registry import resolve_model_dir  # noqa: E402
-from rlanything_jax.rl.phase import Learner  # noqa: E402
-from rlanything_jax.rl.train_state import sampler_weights  # noqa: E402
-from rlanything_jax.rl.train_step import TrainBatch, TrainSpec, jit_train_step  # noqa: E402
-from rlanything_jax.sampling.sampler import Sampler  # noqa: E402
-from rlanything_jax.sampling.strategies import Greedy  # noqa: E402
+from rlanything_jax.core import sharding  # noqa: E402
+from rlanything_jax.core.models import load_pretrained  # noqa: E402
+from rlanything_jax.core.models.registry import resolve_model_dir  # noqa: E402
+from rlanything_jax.core.rl.phase import Learner  # noqa: E402
+from rlanything_jax.core.rl.train_state import sampler_weights  # noqa: E402
+from rlanything_jax.core.rl.train_step import TrainBatch, TrainSpec, jit_train_step  # noqa: E402
+from rlanything_jax.core.sampling.sampler import Sampler  # noqa: E402
+from rlanything_jax.core.sampling.strategies import Greedy  # noqa: E402
 
 MIB = 1 << 20
 

@@ -43,14 +43,14 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import jax  # noqa: E402
 from delayed_env import delayed  # noqa: E402  (bench/: on the path of this script and of its spawned workers)
 
+from rlanything_jax.agents.envs.base import InProcessRunner  # noqa: E402
+from rlanything_jax.agents.envs.runner import EnvRunner  # noqa: E402
 from rlanything_jax.agents.rollout import RolloutConfig, RolloutEngine  # noqa: E402
-from rlanything_jax.envs.base import InProcessRunner  # noqa: E402
-from rlanything_jax.envs.runner import EnvRunner  # noqa: E402
-from rlanything_jax.models import Decoder, DecoderConfig  # noqa: E402
-from rlanything_jax.models.qwen_tokenizer_io import convert_qwen_tokenizer  # noqa: E402
-from rlanything_jax.models.tokenizer import Tokenizer  # noqa: E402
-from rlanything_jax.sampling.sampler import Sampler, SamplerConfig  # noqa: E402
-from rlanything_jax.sampling.strategies import Sampling  # noqa: E402
+from rlanything_jax.core.models import Decoder, DecoderConfig  # noqa: E402
+from rlanything_jax.core.models.qwen_tokenizer_io import convert_qwen_tokenizer  # noqa: E402
+from rlanything_jax.core.models.tokenizer import Tokenizer  # noqa: E402
+from rlanything_jax.core.sampling.sampler import Sampler, SamplerConfig  # noqa: E402
+from rlanything_jax.core.sampling.strategies import Sampling  # noqa: E402
 from rlanything_jax.scenarios.alfworld import env as alfworld  # noqa: E402
 from rlanything_jax.scenarios.alfworld.gen import TASK_TYPES  # noqa: E402
 from rlanything_jax.scenarios.alfworld.knobs import GameKnobs  # noqa: E402

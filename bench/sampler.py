@@ -34,10 +34,10 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
 
-from rlanything_jax.models import Decoder, DecoderConfig, RopeConfig, load_pretrained  # noqa: E402
-from rlanything_jax.models.registry import resolve_model_dir  # noqa: E402
-from rlanything_jax.sampling.sampler import Sampler, SamplerConfig  # noqa: E402
-from rlanything_jax.sampling.strategies import Greedy, Sampling  # noqa: E402
+from rlanything_jax.core.models import Decoder, DecoderConfig, RopeConfig, load_pretrained  # noqa: E402
+from rlanything_jax.core.models.registry import resolve_model_dir  # noqa: E402
+from rlanything_jax.core.sampling.sampler import Sampler, SamplerConfig  # noqa: E402
+from rlanything_jax.core.sampling.strategies import Greedy, Sampling  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 TUNIX_VENV = HERE / ".venvs" / "tunix"

@@ -22,8 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # the tests' toy envs (workers inherit it)
 
-from rlanything_jax.envs import sandbox  # noqa: E402
-from rlanything_jax.envs.runner import EnvRunner  # noqa: E402
+from rlanything_jax.agents.envs import sandbox  # noqa: E402
+from rlanything_jax.agents.envs.runner import EnvRunner  # noqa: E402
 from tests.envs.toy_envs import toy_task  # noqa: E402
 
 

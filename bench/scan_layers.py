@@ -22,13 +22,13 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from rlanything_jax.models import Decoder
-from rlanything_jax.models.scratch import ScratchArchitecture
-from rlanything_jax.planning.architectures import role_architecture
-from rlanything_jax.rl.train_state import make_optimizer
-from rlanything_jax.rl.train_step import TrainBatch, TrainSpec, _micro_objective
-from rlanything_jax.sampling import decode as decode_lib
-from rlanything_jax.sampling.strategies import Greedy
+from rlanything_jax.core.models import Decoder
+from rlanything_jax.core.models.scratch import ScratchArchitecture
+from rlanything_jax.core.rl.train_state import make_optimizer
+from rlanything_jax.core.rl.train_step import TrainBatch, TrainSpec, _micro_objective
+from rlanything_jax.core.sampling import decode as decode_lib
+from rlanything_jax.core.sampling.strategies import Greedy
+from rlanything_jax.system.planning.architectures import role_architecture
 
 
 def _compile(fn, *args) -> tuple[float, float]:

@@ -7,8 +7,8 @@ SmolLM2-135M-Instruct (package:smollm2-135m-instruct, float32) with learn.py's r
 rank 16 (alpha 32) on every attention and MLP projection, remat "full", token-mean aggregation, micro-batches
 of 2. The update's examples are what judging a step m times gives: `groups` prompts of `prompt` tokens, each
 with `judgments` responses of `response` tokens (the last an EOS). Both layouts come from the phase's own code
-(`rl/data.prepare_examples`, then `collate` with `phase.update_plan`'s micro-batches, or
-`rl/shared_prompts.collate_update`) and run through `Learner`'s compiled step from the same fresh state; each is
+(`core/rl/data.prepare_examples`, then `collate` with `phase.update_plan`'s micro-batches, or
+`core/rl/shared_prompts.collate_update`) and run through `Learner`'s compiled step from the same fresh state; each is
 timed over `repeats` updates after a compiling one, the two alternating. The first update's losses are printed
 side by side (they agree to float32 rounding). Prints the ratio and ends with one JSON line. On a loaded
 machine the seconds are noisy: compare the ratio.
@@ -28,12 +28,12 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
 
-from rlanything_jax import sharding  # noqa: E402
-from rlanything_jax.models import load_pretrained  # noqa: E402
-from rlanything_jax.models.registry import resolve_model_dir  # noqa: E402
-from rlanything_jax.rl.data import DataConfig, Example, collate, prepare_examples  # noqa: E402
-from rlanything_jax.rl.phase import Learner, update_plan  # noqa: E402
-from rlanything_jax.rl.shared_prompts import collate_update, sharing_counts  # noqa: E402
+from rlanything_jax.core import sharding  # noqa: E402
+from rlanything_jax.core.models import load_pretrained  # noqa: E402
+from rlanything_jax.core.models.registry import resolve_model_dir  # noqa: E402
+from rlanything_jax.core.rl.data import DataConfig, Example, collate, prepare_examples  # noqa: E402
+from rlanything_jax.core.rl.phase import Learner, update_plan  # noqa: E402
+from rlanything_jax.core.rl.shared_prompts import collate_update, sharing_counts  # noqa: E402
 
 LORA = {"rank": 16, "alpha": 32.0, "dropout": 0.0,
         "targets": ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")}

@@ -61,11 +61,11 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
 
-from rlanything_jax import sharding  # noqa: E402
-from rlanything_jax.models import Decoder, DecoderConfig, RopeConfig  # noqa: E402
-from rlanything_jax.rl.normalize import masked_zscore  # noqa: E402
-from rlanything_jax.rl.train_state import init_train_state, make_optimizer  # noqa: E402
-from rlanything_jax.rl.train_step import (  # noqa: E402
+from rlanything_jax.core import sharding  # noqa: E402
+from rlanything_jax.core.models import Decoder, DecoderConfig, RopeConfig  # noqa: E402
+from rlanything_jax.core.rl.normalize import masked_zscore  # noqa: E402
+from rlanything_jax.core.rl.train_state import init_train_state, make_optimizer  # noqa: E402
+from rlanything_jax.core.rl.train_step import (  # noqa: E402
     TrainBatch,
     TrainSpec,
     batch_shardings,
@@ -73,8 +73,8 @@ from rlanything_jax.rl.train_step import (  # noqa: E402
     share_prompt_prefixes,
     token_logprobs,
 )
-from rlanything_jax.sampling.sampler import Sampler, SamplerConfig  # noqa: E402
-from rlanything_jax.sampling.strategies import Sampling  # noqa: E402
+from rlanything_jax.core.sampling.sampler import Sampler, SamplerConfig  # noqa: E402
+from rlanything_jax.core.sampling.strategies import Sampling  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 TUNIX_PYTHON = HERE / ".venvs" / "tunix" / "bin" / "python"
@@ -137,7 +137,7 @@ def run_ours(setting: dict, repeats: int) -> dict:
         advantages = np.asarray(masked_zscore(rewards, np.ones_like(rewards), axis=1)).reshape(-1)
         ids = np.array([r + c.token_ids for r, c in zip(rows, completions)], np.int32)
         # The loss window: from the last prompt position (predicting the first generated token) on,
-        # as rl/data.collate builds it; logits are computed there only.
+        # as core/rl/data.collate builds it; logits are computed there only.
         window = ids.shape[1] - lp + 1
         mask, targets = np.ones_like(ids), np.roll(ids, -1, axis=1)[:, -window:]
         loss_mask = np.zeros((len(ids), window), np.float32)

@@ -32,9 +32,9 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration  # noqa: E402
 
-from rlanything_jax.models import load_pretrained  # noqa: E402
-from rlanything_jax.models.qwen3_vl import processor  # noqa: E402
-from rlanything_jax.sampling.sampler import Sampler, SamplerConfig, bucket_length  # noqa: E402
+from rlanything_jax.core.models import load_pretrained  # noqa: E402
+from rlanything_jax.core.models.qwen3_vl import processor  # noqa: E402
+from rlanything_jax.core.sampling.sampler import Sampler, SamplerConfig, bucket_length  # noqa: E402
 
 IM_START, IM_END, NEWLINE, USER, ASSISTANT = 151644, 151645, 198, 872, 77091
 VISION_START, IMAGE_PAD, VISION_END = 151652, 151655, 151653

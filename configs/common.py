@@ -1,7 +1,7 @@
 """What every config file starts from, and small helpers the variants share.
 
 The defaults (the reference's constants, ALGORITHM.md) are those of the typed sections in
-`rlanything_jax/config_sections.py`; a scenario file changes what differs. Every key can be set from
+`rlanything_jax/system/config_sections.py`; a scenario file changes what differs. Every key can be set from
 the command line (`--config.rollout.group_size=4`).
 """
 
@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import ml_collections
 
-from rlanything_jax.config import default_config_dict
-from rlanything_jax.config_sections import SMOLLM2  # noqa: F401  (SMOLLM2: for config files)
-from rlanything_jax.validation import ConfigError
+from rlanything_jax.core.validation import ConfigError
+from rlanything_jax.system.config import default_config_dict
+from rlanything_jax.system.config_sections import SMOLLM2  # noqa: F401  (SMOLLM2: for config files)
 
 
 def base_config(scenario: str) -> ml_collections.ConfigDict:

@@ -4,7 +4,7 @@
         -- --config=configs/default.py:smoke
 
 Every process runs `python -m rlanything_jax.main <arguments after -->` (or `--module`) with the
-`JAX_COORDINATOR_ADDRESS` family set (`rlanything_jax/distributed.py` reads it), JAX on the CPU and
+`JAX_COORDINATOR_ADDRESS` family set (`rlanything_jax/core/distributed.py` reads it), JAX on the CPU and
 `JAX_NUM_CPU_DEVICES=M`. Each process's output goes to `<log_dir>/process_<i>.log` (a pipe could fill
 and stall a process). The first process to fail ends the others (SIGTERM, then SIGKILL after
 `--grace_s`); the launcher's exit code is that first failure's, 0 when all succeed. Ctrl-C is passed on.

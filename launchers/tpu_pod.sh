@@ -5,7 +5,7 @@
 #
 # --setup first copies this checkout to every host (~/rlanything_jax) and runs scripts/setup.sh there
 # (a fresh pod's hosts have Python but not the project). JAX finds the other hosts by itself on a TPU VM
-# (`distributed.mode=on`: rlanything_jax/distributed.py). Keep the workdir on shared storage (a GCS FUSE
+# (`distributed.mode=on`: rlanything_jax/core/distributed.py). Keep the workdir on shared storage (a GCS FUSE
 # mount, Filestore or NFS, the same path on every host): every host takes part in each checkpoint save. Re-running
 # the same command resumes from the newest checkpoint. The first host's log is what the run prints; the
 # others print theirs with their process tag.

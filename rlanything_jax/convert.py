@@ -41,13 +41,13 @@ def _check_out_dir(out: Path) -> None:
 
 def _run(args: argparse.Namespace) -> Path:
     if args.command == "smollm2":
-        from rlanything_jax.models import gguf_io
+        from rlanything_jax.core.models import gguf_io
 
         if args.out is None:
             return gguf_io.ensure_smollm2_hf_dir()
         _check_out_dir(args.out)
         return gguf_io.convert_gguf_to_hf(gguf_io.find_smollm2_gguf(), args.out)
-    from rlanything_jax.models.qwen_tokenizer_io import convert_qwen_tokenizer
+    from rlanything_jax.core.models.qwen_tokenizer_io import convert_qwen_tokenizer
 
     _check_out_dir(args.out)
     return convert_qwen_tokenizer(args.out, variant=args.variant)
@@ -55,7 +55,7 @@ def _run(args: argparse.Namespace) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    from rlanything_jax.models.gguf_io import ConversionError
+    from rlanything_jax.core.models.gguf_io import ConversionError
 
     try:
         out_dir = _run(args)

@@ -7,7 +7,7 @@
 NAME: train, eval (held out), warm_start, or a benchmark's named split. The policy plays with the
 config's evaluation settings (`eval.group_size` rollouts of `eval.max_turns` steps at
 `eval.temperature`; `--rollouts` sets the rollouts), by the same code as a training run's own
-evaluation (`evaluation.py`). `expert` plays the scenario's expert (a check of the data and the
+evaluation (`system/evaluation.py`). `expert` plays the scenario's expert (a check of the data and the
 evaluators); WORKDIR[:STEP] restores a run's checkpoint (the newest, or STEP's), built as that run
 built it. With `--reward_model`, the reward model judges the played episodes: step accuracy
 against the expert's labels and outcome accuracy, or unit-test accuracy and detection.
@@ -27,8 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from rlanything_jax.config import load_config
-from rlanything_jax.validation import ConfigError
+from rlanything_jax.core.validation import ConfigError
+from rlanything_jax.system.config import load_config
 
 EXPERT = "expert"
 CHECKPOINTS = "checkpoints"   # run.CHECKPOINTS, without importing JAX before the arguments are read
@@ -65,8 +65,8 @@ def run_of(spec: str) -> tuple[Path, int | None] | None:
 
 def _load_run(cfg, workdir: Path, step: int | None):
     """A run's system rebuilt from its config with the checkpoint of `step` (the newest: None) restored."""
-    from rlanything_jax.checkpoint import SystemCheckpointer
-    from rlanything_jax.run import build_system, restore_state
+    from rlanything_jax.core.checkpoint import SystemCheckpointer
+    from rlanything_jax.system.run import build_system, restore_state
 
     _compare_with_run(cfg, workdir)
     system = build_system(cfg, workdir, _log)
@@ -101,7 +101,7 @@ def _compare_with_run(cfg, workdir: Path) -> None:
 
 
 def _sampler(cfg, role: str, spec: str):
-    from rlanything_jax import assemble
+    from rlanything_jax.system import assemble
 
     directory = assemble.resolve_model_dir(spec)
     meshes = assemble.build_meshes(cfg)
@@ -125,9 +125,9 @@ class _Setup:
 def _setup(cfg, policy: str, policy_run, out: Path) -> _Setup:
     import importlib
 
-    from rlanything_jax import assemble, evaluation
+    from rlanything_jax.agents.envs.runner import EnvRunner
     from rlanything_jax.agents.rollout import RolloutEngine
-    from rlanything_jax.envs.runner import EnvRunner
+    from rlanything_jax.system import assemble, evaluation
 
     if policy_run is not None:
         system = _load_run(cfg, *policy_run)
@@ -141,7 +141,7 @@ def _setup(cfg, policy: str, policy_run, out: Path) -> _Setup:
             raise ValueError(f"scenario {cfg.scenario!r} has no expert")
         return _Setup(scenario, tasks, settings, evaluation.ExpertRollouts(scenario))
     if scenario.runs_untrusted_code:   # the model's programs run only in the sandbox
-        from rlanything_jax.envs import sandbox
+        from rlanything_jax.agents.envs import sandbox
 
         sandbox.require_strong_isolation(cfg.env.allow_weak_sandbox)
     sampler = _sampler(cfg, "policy", policy)
@@ -152,9 +152,9 @@ def _setup(cfg, policy: str, policy_run, out: Path) -> _Setup:
 
 def evaluate(args: argparse.Namespace, overrides: list[str]) -> dict:
     """Plays the split, judges it when asked, writes eval.json and traces; returns what eval.json holds."""
-    from rlanything_jax import assemble, evaluation, traces
     from rlanything_jax.agents.trajectory import JudgedEpisode
-    from rlanything_jax.run import evaluate_split
+    from rlanything_jax.system import assemble, evaluation, traces
+    from rlanything_jax.system.run import evaluate_split
 
     if args.rollouts is not None:
         overrides = [*overrides, f"eval.group_size={args.rollouts}"]
@@ -204,8 +204,8 @@ def evaluate(args: argparse.Namespace, overrides: list[str]) -> dict:
 def _reward_model(cfg, spec: str, system, scenario):
     """The reward model `spec` names, as the loop uses it (its sampler in the scenario's role); `system`:
     the policy's run when `spec` names the same run and step."""
-    from rlanything_jax.assemble import reward_model_role
-    from rlanything_jax.reward_models import RewardModel
+    from rlanything_jax.agents.reward_models import RewardModel
+    from rlanything_jax.system.assemble import reward_model_role
 
     reward_run = run_of(spec)
     if reward_run is not None:
@@ -221,9 +221,9 @@ def _reward_model(cfg, spec: str, system, scenario):
 def main(argv: list[str] | None = None) -> int:
     args, overrides = parse_args(sys.argv[1:] if argv is None else list(argv))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from rlanything_jax.envs.sandbox import SandboxUnavailable
-    from rlanything_jax.loop import EnvironmentFailure
-    from rlanything_jax.run import RunError
+    from rlanything_jax.agents.envs.sandbox import SandboxUnavailable
+    from rlanything_jax.system.loop import EnvironmentFailure
+    from rlanything_jax.system.run import RunError
 
     try:
         result = evaluate(args, overrides)

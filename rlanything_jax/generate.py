@@ -45,12 +45,12 @@ def _one_line(error: BaseException, model: str | None = None) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    from rlanything_jax.models import load_pretrained
-    from rlanything_jax.models.gguf_io import ConversionError
-    from rlanything_jax.models.registry import resolve_model_dir
-    from rlanything_jax.models.tokenizer import Tokenizer
-    from rlanything_jax.sampling.sampler import Sampler, SamplerConfig
-    from rlanything_jax.sampling.strategies import make_strategy
+    from rlanything_jax.core.models import load_pretrained
+    from rlanything_jax.core.models.gguf_io import ConversionError
+    from rlanything_jax.core.models.registry import resolve_model_dir
+    from rlanything_jax.core.models.tokenizer import Tokenizer
+    from rlanything_jax.core.sampling.sampler import Sampler, SamplerConfig
+    from rlanything_jax.core.sampling.strategies import make_strategy
 
     try:
         strategy = make_strategy(args.temperature, args.top_k, args.top_p)

@@ -18,9 +18,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from rlanything_jax import distributed
-from rlanything_jax.config import DEFAULT_CONFIG, RunConfig, load_config
-from rlanything_jax.validation import ConfigError
+from rlanything_jax.core import distributed
+from rlanything_jax.core.validation import ConfigError
+from rlanything_jax.system.config import DEFAULT_CONFIG, RunConfig, load_config
 
 USAGE = """usage: python -m rlanything_jax.main [--config=FILE.py[:VARIANT]] [--config.KEY=VALUE ...] [--dry_run]
 
@@ -121,8 +121,8 @@ def main(argv: Sequence[str]) -> int:
         _error(error)
         return 2
     _log(describe(cfg))
-    from rlanything_jax.loop import EnvironmentFailure
-    from rlanything_jax.run import RunError, finished_step, run_rl
+    from rlanything_jax.system.loop import EnvironmentFailure
+    from rlanything_jax.system.run import RunError, finished_step, run_rl
 
     try:
         with _StickyInterrupt() as interrupt:

@@ -3,12 +3,12 @@
 
 It builds the policy's and the reward model's parameters as shapes only (`nnx.eval_shape`: no weights are
 read or allocated; the architecture comes from the model directory's config.json, or from the released
-shapes of the models the paper configs name, `models/released_configs.py`), makes N fake CPU devices with
+shapes of the models the paper configs name, `core/models/released_configs.py`), makes N fake CPU devices with
 the config's mesh and sharding rules, and lowers and compiles the run's own programs at the config's
 shapes: each train step (micro-batch rows x (max_prompt_tokens + max_response_tokens)), and each
 sampler's prefill and decode (the rollout's rows and cache, the judge's calls), plus the vision tower
 for a Qwen3-VL. For each it prints the per-device bytes of `compiled.memory_analysis()` and the FLOPs of
-`compiled.cost_analysis()`, then an analytic breakdown (`planning/estimate.py`), whether the run fits G GiB
+`compiled.cost_analysis()`, then an analytic breakdown (`system/planning/estimate.py`), whether the run fits G GiB
 per device, and which settings would make it fit.
 
 Assumptions, stated in the output too:
@@ -42,8 +42,8 @@ import sys
 import time
 from collections.abc import Sequence
 
-from rlanything_jax.config import DEFAULT_CONFIG, load_config
-from rlanything_jax.validation import ConfigError
+from rlanything_jax.core.validation import ConfigError
+from rlanything_jax.system.config import DEFAULT_CONFIG, load_config
 
 USAGE = """usage: python -m rlanything_jax.plan --config=FILE.py[:VARIANT] --devices=N [--device_memory_gib=G]
          [--config.KEY=VALUE ...] [--layers=K] [--micro_batches=M] [--analytic_only] [--json]
@@ -126,7 +126,7 @@ def use_cpu_devices(count: int, argv: Sequence[str]) -> None:
 
 def architectures(cfg, roles: Sequence[str]) -> dict:
     """Each role's Architecture (no JAX backend needed); ValueError (one line) for an unknown model."""
-    from rlanything_jax.planning.architectures import role_architecture
+    from rlanything_jax.system.planning.architectures import role_architecture
 
     return {role: role_architecture(getattr(cfg.model, role).path, cfg.model.scratch,
                                     getattr(cfg.model, role).scan_layers) for role in roles}
@@ -134,8 +134,8 @@ def architectures(cfg, roles: Sequence[str]) -> dict:
 
 def _models(cfg, roles: Sequence[str], archs: dict | None = None) -> dict:
     """Each role's architecture with its abstract parameters (`nnx.eval_shape`)."""
-    from rlanything_jax.planning.architectures import abstract_model
-    from rlanything_jax.planning.estimate import Model
+    from rlanything_jax.system.planning.architectures import abstract_model
+    from rlanything_jax.system.planning.estimate import Model
 
     archs = archs or architectures(cfg, roles)
     return {role: Model(archs[role], abstract_model(archs[role], getattr(cfg.model, role).dtype,
@@ -144,9 +144,9 @@ def _models(cfg, roles: Sequence[str], archs: dict | None = None) -> dict:
 
 def compile_programs(cfg, models: dict, devices: int, layers: int, micro_batches: int, log) -> list:
     """Every program of the run at its shapes, compiled on the fake devices (see the module docstring)."""
-    from rlanything_jax import sharding
-    from rlanything_jax.planning import programs
-    from rlanything_jax.planning.workload import workload
+    from rlanything_jax.core import sharding
+    from rlanything_jax.system.planning import programs
+    from rlanything_jax.system.planning.workload import workload
 
     mesh = sharding.build_mesh(dict(cfg.mesh.shape))
     load = workload(cfg, {role: models[role].arch.vision for role in ("policy", "reward")}, micro_batches)
@@ -169,9 +169,9 @@ def compile_programs(cfg, models: dict, devices: int, layers: int, micro_batches
 
 def report(cfg, args: Args, models: dict, compiled: list, elapsed_s: float) -> tuple[str, dict]:
     """The printed report and its JSON figures."""
-    from rlanything_jax import sharding
-    from rlanything_jax.planning.estimate import estimate, gib, parameter_count, suggest
-    from rlanything_jax.planning.workload import workload
+    from rlanything_jax.core import sharding
+    from rlanything_jax.system.planning.estimate import estimate, gib, parameter_count, suggest
+    from rlanything_jax.system.planning.workload import workload
 
     budget = int(args.device_memory_gib * 2 ** 30)
     sizes = sharding.mesh_axis_sizes(dict(cfg.mesh.shape), args.devices)
@@ -275,10 +275,10 @@ def main(argv: Sequence[str]) -> int:
     try:
         args = parse_args(argv)
         cfg = load_config(args.spec, list(args.overrides))
-        from rlanything_jax import sharding
+        from rlanything_jax.core import sharding
 
         sharding.mesh_axis_sizes(dict(cfg.mesh.shape), args.devices)   # the mesh must fit the devices
-        from rlanything_jax.planning.estimate import uses_environment_model
+        from rlanything_jax.system.planning.estimate import uses_environment_model
 
         roles = ("policy", "reward") + (("environment",) if uses_environment_model(cfg) else ())
         archs = architectures(cfg, roles)

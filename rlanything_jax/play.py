@@ -24,10 +24,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+from rlanything_jax.agents.envs.base import InProcessRunner, Observation, Task, make_env
 from rlanything_jax.agents.scenario import Scenario
-from rlanything_jax.envs.base import InProcessRunner, Observation, Task, make_env
+from rlanything_jax.core.validation import ConfigError
 from rlanything_jax.scenarios import make_scenario, scenario_names
-from rlanything_jax.validation import ConfigError
 
 
 def _show(label: str, text: str) -> None:
@@ -56,11 +56,11 @@ def play_expert(scenario: Scenario, task: Task, max_steps: int) -> dict:
 def play_model(scenario: Scenario, task: Task, model: str, max_steps: int, max_new_tokens: int, temperature: float,
                seed: int, max_context_tokens: int = 16384) -> dict:
     from rlanything_jax.agents.rollout import RolloutConfig, RolloutEngine
-    from rlanything_jax.evaluation import play_split
-    from rlanything_jax.models import load_pretrained
-    from rlanything_jax.models.registry import resolve_model_dir
-    from rlanything_jax.models.tokenizer import Tokenizer
-    from rlanything_jax.sampling.sampler import Sampler, SamplerConfig
+    from rlanything_jax.core.models import load_pretrained
+    from rlanything_jax.core.models.registry import resolve_model_dir
+    from rlanything_jax.core.models.tokenizer import Tokenizer
+    from rlanything_jax.core.sampling.sampler import Sampler, SamplerConfig
+    from rlanything_jax.system.evaluation import play_split
 
     model_dir = resolve_model_dir(model)
     sampler = Sampler(load_pretrained(model_dir), Tokenizer.from_dir(model_dir),

@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 
 # ---- Debian packages the project needs: add new ones here, one a line, with the reason.
 DEBIAN_PACKAGES=(
-  bubblewrap        # contains untrusted code (rlanything_jax/envs/sandbox.py)
+  bubblewrap        # contains untrusted code (rlanything_jax/agents/envs/sandbox.py)
   build-essential   # fast-downward (ALFWorld's planner) compiles when pip installs it
   cmake             #   ditto
   # local desktop sessions for OSWorld-format tasks (rlanything_jax/scenarios/osworld/local_desktop.py)

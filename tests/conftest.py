@@ -10,9 +10,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import pytest  # noqa: E402
 
-from rlanything_jax.models.gguf_io import ensure_smollm2_hf_dir  # noqa: E402
-from rlanything_jax.models.qwen_tokenizer_io import convert_qwen_tokenizer  # noqa: E402
-from rlanything_jax.models.tokenizer import Tokenizer  # noqa: E402
+from rlanything_jax.core.models.gguf_io import ensure_smollm2_hf_dir  # noqa: E402
+from rlanything_jax.core.models.qwen_tokenizer_io import convert_qwen_tokenizer  # noqa: E402
+from rlanything_jax.core.models.tokenizer import Tokenizer  # noqa: E402
 
 
 @pytest.fixture(scope="session")

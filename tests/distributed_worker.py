@@ -3,7 +3,7 @@ JAX_COORDINATOR_ADDRESS family, sums each process's index over all of them, then
 
 import sys
 
-from rlanything_jax import distributed
+from rlanything_jax.core import distributed
 
 
 def main() -> None:

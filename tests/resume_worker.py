@@ -17,10 +17,10 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
 
-from rlanything_jax.checkpoint import SystemCheckpointer, abstract_like  # noqa: E402
-from rlanything_jax.models import Decoder, DecoderConfig  # noqa: E402
-from rlanything_jax.rl.train_state import init_train_state, make_optimizer  # noqa: E402
-from rlanything_jax.rl.train_step import TrainBatch, TrainSpec, train_step  # noqa: E402
+from rlanything_jax.core.checkpoint import SystemCheckpointer, abstract_like  # noqa: E402
+from rlanything_jax.core.models import Decoder, DecoderConfig  # noqa: E402
+from rlanything_jax.core.rl.train_state import init_train_state, make_optimizer  # noqa: E402
+from rlanything_jax.core.rl.train_step import TrainBatch, TrainSpec, train_step  # noqa: E402
 
 CFG = DecoderConfig(model_type="llama", vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=2,
                     num_heads=4, num_kv_heads=2, head_dim=8)

@@ -5,13 +5,13 @@ from pathlib import Path
 
 import pytest
 
+from rlanything_jax.agents.envs.base import Observation
+from rlanything_jax.agents.reward_models.step_judging import JUDGE_STEPS
+from rlanything_jax.agents.reward_models.unit_test_writing import WRITE_UNIT_TESTS
 from rlanything_jax.agents.trajectory import Episode, StepRecord
-from rlanything_jax.assemble import build_scenario, loop_settings, reward_model_role
-from rlanything_jax.config import load_config
-from rlanything_jax.envs.base import Observation
-from rlanything_jax.reward_models.step_judging import JUDGE_STEPS
-from rlanything_jax.reward_models.unit_test_writing import WRITE_UNIT_TESTS
 from rlanything_jax.scenarios import make_scenario
+from rlanything_jax.system.assemble import build_scenario, loop_settings, reward_model_role
+from rlanything_jax.system.config import load_config
 
 ROOT = Path(__file__).resolve().parent.parent
 

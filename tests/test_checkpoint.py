@@ -13,7 +13,7 @@ import jax
 import numpy as np
 import pytest
 
-from rlanything_jax.checkpoint import SystemCheckpointer, abstract_like
+from rlanything_jax.core.checkpoint import SystemCheckpointer, abstract_like
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from rlanything_jax.config import DEFAULT_CONFIG, RunConfig, load_config, run_config
-from rlanything_jax.rl.train_config import TrainConfig
-from rlanything_jax.validation import ConfigError
+from rlanything_jax.core.rl.train_config import TrainConfig
+from rlanything_jax.core.validation import ConfigError
+from rlanything_jax.system.config import DEFAULT_CONFIG, RunConfig, load_config, run_config
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = {"configs/default.py": "alfworld", "configs/default.py:cpu": "alfworld", "configs/default.py:smoke": "alfworld",
@@ -96,7 +96,7 @@ def test_unknown_variant_fails_with_the_variants():
 
 
 def test_optimizer_follows_the_config():
-    from rlanything_jax.rl.train_state import learning_rate_schedule, make_optimizer
+    from rlanything_jax.core.rl.train_state import learning_rate_schedule, make_optimizer
 
     cfg = load_config(str(ROOT / "configs/alfworld.py"))
     assert float(learning_rate_schedule(cfg.train.policy)(500)) == pytest.approx(1e-6)  # constant, as the reference
@@ -156,7 +156,7 @@ def test_main_reports_a_bad_workdir_and_a_missing_model_before_any_work(tmp_path
 def test_rollout_schedule_is_chosen_per_platform(value, episodes_on_cpu, rows):
     """"auto" (the default): episode slots go in waves on CPUs (measured faster there) and refill on
     accelerators; judgment rows refill everywhere. true/false force both."""
-    from rlanything_jax.assemble import build_scenario, loop_settings
+    from rlanything_jax.system.assemble import build_scenario, loop_settings
 
     cfg = load_config(str(ROOT / "configs/default.py:smoke"), [f"rollout.continuous_batching={value}"])
     assert cfg.rollout.refills_episodes("cpu") is episodes_on_cpu

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from rlanything_jax import assemble
 from rlanything_jax.agents.examples import SignalConfig
 from rlanything_jax.agents.judging import JudgeConfig
 from rlanything_jax.agents.rollout_config import RolloutConfig
-from rlanything_jax.config import Ablation, load_config
-from rlanything_jax.config_sections import CurriculumConfig, RewardConfig, RolloutSection, TrainSection
-from rlanything_jax.loop import LoopSettings
-from rlanything_jax.rl.train_config import TrainConfig
+from rlanything_jax.core.rl.train_config import TrainConfig
+from rlanything_jax.system import assemble
+from rlanything_jax.system.config import Ablation, load_config
+from rlanything_jax.system.config_sections import CurriculumConfig, RewardConfig, RolloutSection, TrainSection
+from rlanything_jax.system.loop import LoopSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 

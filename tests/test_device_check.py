@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from rlanything_jax.config import ROOT
+from rlanything_jax.system.config import ROOT
 
 SCRIPT = ROOT / "bench" / "device_check.py"
 POSITIVE = ("params", "train_step_s", "train_compile_s", "model_flops", "flops_6nd", "achieved_tflops", "mfu",

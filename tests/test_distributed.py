@@ -1,4 +1,4 @@
-"""Starting a multi-process run (rlanything_jax/distributed.py): what the environment asks for, two real
+"""Starting a multi-process run (rlanything_jax/core/distributed.py): what the environment asks for, two real
 processes forming one system, and one process's exception ending both promptly (MULTIHOST.md)."""
 
 import os
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from rlanything_jax.distributed import DistributedConfig, cluster_in_environment, initialize_arguments
-from rlanything_jax.validation import ConfigError
+from rlanything_jax.core.distributed import DistributedConfig, cluster_in_environment, initialize_arguments
+from rlanything_jax.core.validation import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 SLURM = {"SLURM_JOB_ID": "7", "SLURM_STEP_NODELIST": "node[1-2]", "SLURM_NTASKS": "2", "SLURM_PROCID": "1",

@@ -1,4 +1,4 @@
-"""`python -m rlanything_jax.evaluate` and `evaluation.py`, the one evaluation behind it and the training loop:
+"""`python -m rlanything_jax.evaluate` and `system/evaluation.py`, the one evaluation behind it and the training loop:
 pass@k against hand-computed values, the expert on each text scenario's smoke config (success 1.0), a
 packaged model on one task, and a smoke run's workdir giving the success of the run's own last evaluation."""
 
@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from rlanything_jax import evaluate as evaluate_cli
+from rlanything_jax.agents.envs.base import Task
 from rlanything_jax.agents.trajectory import Episode
-from rlanything_jax.envs.base import Task
-from rlanything_jax.evaluation import pass_at_k, success_report
-from rlanything_jax.metrics import read_metrics
+from rlanything_jax.system.evaluation import pass_at_k, success_report
+from rlanything_jax.system.metrics import read_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -13,10 +13,11 @@ import pytest
 import torch
 from flax import nnx
 
-from rlanything_jax import assemble, export
-from rlanything_jax.checkpoint import SystemCheckpointer
-from rlanything_jax.config import load_config
-from rlanything_jax.models import load_pretrained
+from rlanything_jax import export
+from rlanything_jax.core.checkpoint import SystemCheckpointer
+from rlanything_jax.core.models import load_pretrained
+from rlanything_jax.system import assemble, model_export
+from rlanything_jax.system.config import load_config
 
 pytestmark = pytest.mark.slow   # builds, checkpoints and reloads two small models per case (seconds each)
 
@@ -42,7 +43,7 @@ def _trained_workdir(tmp_path, *overrides):
     (workdir / "config.json").write_text(json.dumps(dataclasses.asdict(cfg), indent=2, default=str))
     for role in assemble.ROLES:
         assemble.model_dir(cfg, role, workdir, lambda: CORPUS)
-    built = export.build_models(cfg, workdir)
+    built = model_export.build_models(cfg, workdir)
     states = {}
     for index, (role, (_, state, _)) in enumerate(built.items()):
         if state.master is not None:   # the optimizer moves the master copy; the params are its cast

@@ -15,7 +15,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rlanything_jax import generate
-from rlanything_jax.models import gguf_io
+from rlanything_jax.core.models import gguf_io
 from tests import hf_reference
 
 

@@ -1,14 +1,14 @@
-"""The package's layers, read from its source: no import cycle (lazy imports included), and the core
-(models, sampling, rl) imports nothing of the agents, environments, scenarios or the loop above it."""
+"""The package's layers, read from its source: no import cycle (lazy imports included), and each layer folder
+(core, agents, scenarios, system) imports only from itself and the layers below it; the command line (the
+modules at the package root and `experiments/`) sits on top."""
 
 import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "rlanything_jax"
-CORE = ("models", "sampling", "rl")
-ABOVE_CORE = ("agents", "envs", "scenarios", "curriculum", "loop", "run", "assemble", "main", "evaluate",
-              "evaluation", "reward_models", "warm_start", "planning", "play")
+# Bottom to top; anything else in the package (the root modules, experiments/) is the command line, on top.
+LAYERS = ("core", "agents", "scenarios", "system")
 
 
 def _modules() -> dict[str, Path]:
@@ -55,7 +55,7 @@ def _cycle_from(start: str, graph: dict[str, set[str]]) -> list[str] | None:
 def test_the_graph_is_read():
     graph = _graph()
     assert f"{PACKAGE}.agents.rollout_config" in graph[f"{PACKAGE}.agents.rollout"]
-    assert f"{PACKAGE}.models.families" in graph[f"{PACKAGE}.models.hf_io"]
+    assert f"{PACKAGE}.core.models.families" in graph[f"{PACKAGE}.core.models.hf_io"]
 
 
 def test_no_module_imports_itself_back():
@@ -64,24 +64,31 @@ def test_no_module_imports_itself_back():
     assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles[:5])
 
 
-def _layer(module: str) -> str:
-    return (module.split(".") + [""])[1]
+def _layer(module: str) -> int:
+    """The layer's height: its index in LAYERS; the command line above them all."""
+    folder = (module.split(".") + [""])[1]
+    return LAYERS.index(folder) if folder in LAYERS else len(LAYERS)
 
 
-def test_the_core_imports_nothing_above_it():
+def test_the_layers_are_read():
+    assert _layer(f"{PACKAGE}.core.rl.losses") == 0 and _layer(f"{PACKAGE}.agents.envs.runner") == 1
+    assert _layer(f"{PACKAGE}.system.loop") == 3 and _layer(f"{PACKAGE}.main") == _layer(f"{PACKAGE}.experiments") == 4
+
+
+def test_no_layer_imports_a_layer_above_it():
     graph = _graph()
-    upward = sorted(f"{name} -> {target}" for name, targets in graph.items() if _layer(name) in CORE
-                    for target in targets if _layer(target) in ABOVE_CORE)
+    upward = sorted(f"{name} -> {target}" for name, targets in graph.items() for target in targets
+                    if _layer(target) > _layer(name))
     assert not upward, "\n".join(upward)
 
 
 def test_a_model_family_is_reached_only_through_the_model_registry():
-    """Outside `models/`, no module imports a family's package (models/qwen3_vl): the registry
-    (models/families.py) is the one door, so a new family is a new package."""
+    """Outside `core/models/`, no module imports a family's package (core/models/qwen3_vl): the registry
+    (core/models/families.py) is the one door, so a new family is a new package."""
     graph = _graph()
-    family = f"{PACKAGE}.models.qwen3_vl"
+    family = f"{PACKAGE}.core.models.qwen3_vl"
     reached = sorted(f"{name} -> {target}" for name, targets in graph.items()
-                     if not name.startswith(f"{PACKAGE}.models.") for target in targets
+                     if not name.startswith(f"{PACKAGE}.core.models.") for target in targets
                      if target == family or target.startswith(family + "."))
     assert not reached, "\n".join(reached)
-    assert any(t.startswith(family) for t in graph[f"{PACKAGE}.models.families"])   # the door exists
+    assert any(t.startswith(family) for t in graph[f"{PACKAGE}.core.models.families"])   # the door exists

@@ -34,19 +34,20 @@ import jax
 import numpy as np
 import pytest
 
-from rlanything_jax import assemble, sharding
+from rlanything_jax.agents.curriculum.adaptation import accept_candidate
+from rlanything_jax.agents.curriculum.task_pool import Candidate, TaskPool, propose
+from rlanything_jax.agents.envs.runner import EnvRunner
+from rlanything_jax.agents.reward_models import RewardModel
+from rlanything_jax.agents.reward_models.step_judging import StepJudging
 from rlanything_jax.agents.rollout import RolloutEngine
 from rlanything_jax.agents.trajectory import ParsedJudgment
-from rlanything_jax.config import load_config
-from rlanything_jax.curriculum.adaptation import accept_candidate
-from rlanything_jax.curriculum.task_pool import Candidate, TaskPool, propose
-from rlanything_jax.envs.runner import EnvRunner
-from rlanything_jax.loop import Services, SystemState, rl_step
-from rlanything_jax.reward_models import RewardModel
-from rlanything_jax.reward_models.step_judging import StepJudging
-from rlanything_jax.rl.data import unpack
-from rlanything_jax.rl.train_state import init_train_state
+from rlanything_jax.core import sharding
+from rlanything_jax.core.rl.data import unpack
+from rlanything_jax.core.rl.train_state import init_train_state
 from rlanything_jax.scenarios.alfworld import env as alfworld
+from rlanything_jax.system import assemble
+from rlanything_jax.system.config import load_config
+from rlanything_jax.system.loop import Services, SystemState, rl_step
 from tests.loop_recorder import Recorder
 
 G = 8

@@ -2,10 +2,10 @@
 
 import pytest
 
-from rlanything_jax import loop
+from rlanything_jax.agents.envs.base import Task
+from rlanything_jax.agents.envs.runner import EnvRunner
 from rlanything_jax.agents.trajectory import Episode
-from rlanything_jax.envs.base import Task
-from rlanything_jax.envs.runner import EnvRunner
+from rlanything_jax.system import loop
 
 
 def test_a_step_with_every_episode_failed_in_the_environment_stops_with_the_reason(tmp_path):

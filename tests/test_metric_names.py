@@ -18,11 +18,11 @@ DOC = ROOT / "docs" / "metrics.md"
 KEY = re.compile(r"[a-z<][a-z0-9_<>.]*(/[a-z0-9_<>.]+)+")   # `<stage or role>/<name>`, `<...>` a placeholder
 # Files whose `a/b` strings are not step metrics: the environment runner's own counters, file paths, task ids,
 # and the rewrite outcome counts that the generators log under their own prefix (`alfworld/goal/<outcome>`).
-NOT_METRICS = {"envs/runner.py", "scenarios/osworld/task_lists.py", "scenarios/osworld/coverage.py",
+NOT_METRICS = {"agents/envs/runner.py", "scenarios/osworld/task_lists.py", "scenarios/osworld/coverage.py",
                "scenarios/osworld/session_files.py", "scenarios/alfworld/goal_rewrite.py",
                "scenarios/coding/problems.py"}
 # Task generators count into their own `metrics`, which the loop logs as `curriculum/generator/<key>`.
-GENERATORS = re.compile(r"(curriculum|scenarios/\w+)/generators\.py")
+GENERATORS = re.compile(r"(agents/curriculum|scenarios/\w+)/generators\.py")
 
 
 def _placeholder(node: ast.expr) -> str:

@@ -4,7 +4,7 @@ import matplotlib.image
 import numpy as np
 import pytest
 
-from rlanything_jax.metrics import (
+from rlanything_jax.system.metrics import (
     MetricsWriter,
     curve_figure,
     format_step_line,
@@ -13,7 +13,7 @@ from rlanything_jax.metrics import (
     running_mean,
 )
 
-# The keys run.py plots.
+# The keys system/run.py plots.
 CURVES = ("rollout/success_rate", "eval/success_rate", "reward_model/step_accuracy",
           "reward_model/probe_step_accuracy", "reward_model/outcome_accuracy", "reward_model/unit_test_accuracy",
           "curriculum/accepted_total", "time/step_s")
@@ -114,7 +114,7 @@ def test_step_line():
 def test_process_memory_counts_live_arrays_and_resident_memory():
     import jax.numpy as jnp
 
-    from rlanything_jax.metrics import process_memory
+    from rlanything_jax.system.metrics import process_memory
 
     before = process_memory()
     held = jnp.ones((64, 1 << 18), jnp.float32)   # 64 MiB on the device (the host, on CPU)
@@ -133,7 +133,7 @@ def test_release_host_memory_hands_freed_heap_back():
     import ctypes.util
     import sys
 
-    from rlanything_jax.metrics import release_host_memory
+    from rlanything_jax.system.metrics import release_host_memory
 
     if not sys.platform.startswith("linux"):
         pytest.skip("malloc_trim is glibc's")

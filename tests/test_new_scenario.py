@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from rlanything_jax.agents.envs.base import InProcessRunner
 from rlanything_jax.agents.scenario import TaskCounts
-from rlanything_jax.config import load_config
-from rlanything_jax.envs.base import InProcessRunner
 from rlanything_jax.scenarios import make_scenario, scenario_names
+from rlanything_jax.system.config import load_config
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = str(ROOT / "tests" / "walk_scenario" / "config.py")

@@ -16,13 +16,13 @@ import optax
 import pytest
 from flax import nnx
 
-from rlanything_jax import sharding
-from rlanything_jax.interfaces import ModelInputs
-from rlanything_jax.models.attention import causal_padding_mask, grouped_query_attention
-from rlanything_jax.rl.train_state import init_train_state
-from rlanything_jax.rl.train_step import TrainBatch, TrainSpec, jit_train_step
-from rlanything_jax.sampling.sampler import Sampler
-from rlanything_jax.sampling.strategies import Greedy
+from rlanything_jax.core import sharding
+from rlanything_jax.core.interfaces import ModelInputs
+from rlanything_jax.core.models.attention import causal_padding_mask, grouped_query_attention
+from rlanything_jax.core.rl.train_state import init_train_state
+from rlanything_jax.core.rl.train_step import TrainBatch, TrainSpec, jit_train_step
+from rlanything_jax.core.sampling.sampler import Sampler
+from rlanything_jax.core.sampling.strategies import Greedy
 
 VOCAB, DIM = 32, 16
 

@@ -16,12 +16,12 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from rlanything_jax.interfaces import ModelInputs
-from rlanything_jax.rl.data import Example
-from rlanything_jax.rl.phase import Learner, train_phase
-from rlanything_jax.rl.vision import ImageTraining
-from rlanything_jax.sampling.sampler import Sampler
-from rlanything_jax.sampling.strategies import Greedy
+from rlanything_jax.core.interfaces import ModelInputs
+from rlanything_jax.core.rl.data import Example
+from rlanything_jax.core.rl.phase import Learner, train_phase
+from rlanything_jax.core.rl.vision import ImageTraining
+from rlanything_jax.core.sampling.sampler import Sampler
+from rlanything_jax.core.sampling.strategies import Greedy
 from tests.test_own_model import DIM, ToyLM, _mesh
 
 PIX, IMAGE, EOS = 6, 31, 2   # pixels per image, the image pad token, the end token

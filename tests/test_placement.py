@@ -1,4 +1,4 @@
-"""Role placement (rlanything_jax/placement.py) on 8 fake CPU devices: colocated and split meshes, and a
+"""Role placement (rlanything_jax/system/placement.py) on 8 fake CPU devices: colocated and split meshes, and a
 sampler on the split half generating what a colocated one does with weights handed over from the learners'.
 The multi-process case (partner devices inside each process) runs in tests/test_multiprocess.py."""
 
@@ -6,9 +6,10 @@ import jax
 import numpy as np
 import pytest
 
-from rlanything_jax import multihost, placement, sharding
-from rlanything_jax.models import load_pretrained
-from rlanything_jax.sampling.sampler import Sampler
+from rlanything_jax.core import multihost, sharding
+from rlanything_jax.core.models import load_pretrained
+from rlanything_jax.core.sampling.sampler import Sampler
+from rlanything_jax.system import placement
 from tests import hf_reference
 
 

@@ -8,12 +8,13 @@ import sys
 import jax
 import pytest
 
-from rlanything_jax import plan, sharding
-from rlanything_jax.config import DEFAULT_CONFIG, ROOT, load_config
-from rlanything_jax.planning import analytic, programs
-from rlanything_jax.planning.architectures import KNOWN_ARCHITECTURES, role_architecture
-from rlanything_jax.planning.estimate import estimate
-from rlanything_jax.planning.workload import workload
+from rlanything_jax import plan
+from rlanything_jax.core import sharding
+from rlanything_jax.system.config import DEFAULT_CONFIG, ROOT, load_config
+from rlanything_jax.system.planning import analytic, programs
+from rlanything_jax.system.planning.architectures import KNOWN_ARCHITECTURES, role_architecture
+from rlanything_jax.system.planning.estimate import estimate
+from rlanything_jax.system.planning.workload import workload
 
 TINY = ["model.policy.path=scratch", "model.reward.path=scratch", "model.scratch.num_layers=2",
         "model.scratch.hidden_size=64", "model.scratch.intermediate_size=128", "model.scratch.vocab_size=512",

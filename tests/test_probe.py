@@ -4,10 +4,10 @@ import re
 
 import pytest
 
+from rlanything_jax.agents.envs.base import make_env
 from rlanything_jax.agents.judging import JudgeConfig
-from rlanything_jax.envs.base import make_env
-from rlanything_jax.probe import build_judge_probe, probe_accuracy
-from rlanything_jax.sampling.stops import Completion
+from rlanything_jax.agents.reward_models.probe import build_judge_probe, probe_accuracy
+from rlanything_jax.core.sampling.stops import Completion
 from rlanything_jax.scenarios import make_scenario
 from rlanything_jax.scenarios.alfworld import env as alfworld
 from rlanything_jax.scenarios.alfworld.env import GameKnobs

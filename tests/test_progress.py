@@ -1,7 +1,7 @@
-"""Progress lines of long phases (rlanything_jax/progress.py); tests/agents/test_rollout.py has a rollout's."""
+"""Progress lines of long phases (rlanything_jax/core/progress.py); tests/agents/test_rollout.py has a rollout's."""
 
-from rlanything_jax import progress
-from rlanything_jax.progress import Progress, progress_line
+from rlanything_jax.core import progress
+from rlanything_jax.core.progress import Progress, progress_line
 
 
 class Clock:

@@ -8,17 +8,17 @@ import re
 import numpy as np
 import pytest
 
+from rlanything_jax.agents.envs.base import TASK_GROUP, Observation, Task, make_env
 from rlanything_jax.agents.judging import JudgeConfig
+from rlanything_jax.agents.reward_models.probe import JudgeProbe, build_judge_probe, probe_accuracy
 from rlanything_jax.agents.rollout import RolloutConfig
 from rlanything_jax.agents.trajectory import Episode, JudgedEpisode, StepJudgments, StepRecord
-from rlanything_jax.envs.base import TASK_GROUP, Observation, Task, make_env
-from rlanything_jax.evaluation import held_out, loop_metrics
-from rlanything_jax.loop import EnvironmentFailure, episode_metrics
-from rlanything_jax.probe import JudgeProbe, build_judge_probe, probe_accuracy
-from rlanything_jax.sampling.stops import Completion
+from rlanything_jax.core.sampling.stops import Completion
 from rlanything_jax.scenarios import make_scenario
 from rlanything_jax.scenarios.alfworld import env as alfworld
 from rlanything_jax.scenarios.text_games.expert import TextGameExpert
+from rlanything_jax.system.evaluation import held_out, loop_metrics
+from rlanything_jax.system.loop import EnvironmentFailure, episode_metrics
 
 # ---------------------------------------------------------------- reward-model accuracy on episodes
 

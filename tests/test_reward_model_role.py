@@ -15,14 +15,14 @@ import math
 import numpy as np
 import pytest
 
+from rlanything_jax.agents.curriculum.task_pool import TaskPool
+from rlanything_jax.agents.envs.base import Observation, Task
 from rlanything_jax.agents.examples import SignalConfig
 from rlanything_jax.agents.judging import JudgeConfig
+from rlanything_jax.agents.reward_models import Judgments, RewardModel, make_role, register_role, role_names
 from rlanything_jax.agents.rollout import RolloutConfig
 from rlanything_jax.agents.trajectory import Episode, StepJudgments, StepRecord
-from rlanything_jax.curriculum.task_pool import TaskPool
-from rlanything_jax.envs.base import Observation, Task
-from rlanything_jax.loop import LoopSettings, Services, SystemState, rl_step
-from rlanything_jax.reward_models import Judgments, RewardModel, make_role, register_role, role_names
+from rlanything_jax.system.loop import LoopSettings, Services, SystemState, rl_step
 from tests.test_rl_step import FakeState, RecordingTrainer
 
 RULE = "tests_go_rule"

@@ -19,17 +19,17 @@ import dataclasses
 import numpy as np
 import pytest
 
+from rlanything_jax.agents.curriculum.task_pool import Candidate, TaskPool, propose
+from rlanything_jax.agents.envs.base import Observation, Task
 from rlanything_jax.agents.examples import SignalConfig
 from rlanything_jax.agents.judging import JudgeConfig
+from rlanything_jax.agents.reward_models import Judgments, RewardModel
+from rlanything_jax.agents.reward_models.step_judging import StepJudging
+from rlanything_jax.agents.reward_models.unit_test_writing import UnitTestWriting
+from rlanything_jax.agents.reward_models.unit_tests import ParsedUnitTest, UnitTestJudgments
 from rlanything_jax.agents.rollout import RolloutConfig
 from rlanything_jax.agents.trajectory import Episode, StepJudgments, StepRecord
-from rlanything_jax.curriculum.task_pool import Candidate, TaskPool, propose
-from rlanything_jax.envs.base import Observation, Task
-from rlanything_jax.loop import LoopSettings, Services, SystemState, rl_step
-from rlanything_jax.reward_models import Judgments, RewardModel
-from rlanything_jax.reward_models.step_judging import StepJudging
-from rlanything_jax.reward_models.unit_test_writing import UnitTestWriting
-from rlanything_jax.reward_models.unit_tests import ParsedUnitTest, UnitTestJudgments
+from rlanything_jax.system.loop import LoopSettings, Services, SystemState, rl_step
 
 G, M = 4, 2
 T0, T1, T2, T3 = (Task(f"t{i}", "fake", f"goal {i}") for i in range(4))

@@ -19,8 +19,8 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from rlanything_jax.metrics import read_metrics
-from rlanything_jax.run import finished_step
+from rlanything_jax.system.metrics import read_metrics
+from rlanything_jax.system.run import finished_step
 
 ROOT = Path(__file__).resolve().parent.parent
 TOTAL_STEPS = 3
@@ -278,7 +278,7 @@ def _check_exported_policy(workdir: Path) -> None:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from rlanything_jax import export
+    from rlanything_jax.system import model_export as export
 
     for role in ("policy", "reward"):
         assert (workdir / "export" / role / "config.json").is_file()

@@ -7,8 +7,8 @@ import pytest
 from flax import nnx
 from jax.sharding import PartitionSpec as P
 
-from rlanything_jax import sharding
-from rlanything_jax.models import load_pretrained
+from rlanything_jax.core import sharding
+from rlanything_jax.core.models import load_pretrained
 from tests import hf_reference
 
 RULES = sharding.DEFAULT_LOGICAL_AXIS_RULES

@@ -3,9 +3,9 @@
 import numpy as np
 from PIL import Image
 
+from rlanything_jax.agents.envs.base import Observation, Task
 from rlanything_jax.agents.trajectory import Episode, JudgedEpisode, StepJudgments, StepRecord
-from rlanything_jax.envs.base import Observation, Task
-from rlanything_jax.traces import write_step_traces
+from rlanything_jax.system.traces import write_step_traces
 
 
 def _episode(task_id: str, group_index: int, rng: np.random.Generator) -> JudgedEpisode:

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from rlanything_jax.config import load_config
-from rlanything_jax.metrics import MetricsWriter, read_metrics
-from rlanything_jax.trackers import mlflow_key, tracker_names
-from rlanything_jax.validation import ConfigError
+from rlanything_jax.core.validation import ConfigError
+from rlanything_jax.system.config import load_config
+from rlanything_jax.system.metrics import MetricsWriter, read_metrics
+from rlanything_jax.system.trackers import mlflow_key, tracker_names
 
 STEPS = {0: {"eval/success_rate": 0.5, "eval/episodes": 4, "reward_model/probe_step_accuracy": 0.75},
          1: {"rollout/success_rate": 0.25, "time/step_s": 3.5, "curriculum/accepted_total": 1, "note": "text"},

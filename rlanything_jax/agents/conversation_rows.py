@@ -14,12 +14,12 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 
+from rlanything_jax.agents.envs.base import Observation, Task
 from rlanything_jax.agents.prompt_tokens import ImageCache
 from rlanything_jax.agents.rollout_config import RolloutConfig
 from rlanything_jax.agents.trajectory import Episode, StepRecord
-from rlanything_jax.envs.base import Observation, Task
-from rlanything_jax.sampling.sampler import Conversation, Sampler, bucket_length
-from rlanything_jax.seeds import derive_seed
+from rlanything_jax.core.sampling.sampler import Conversation, Sampler, bucket_length
+from rlanything_jax.core.seeds import derive_seed
 
 
 @dataclasses.dataclass

@@ -9,8 +9,8 @@ from collections.abc import Callable, Collection, Sequence
 
 import numpy as np
 
+from rlanything_jax.agents.envs.base import Env, Task
 from rlanything_jax.agents.trajectory import ExpertStep, LabelledStep
-from rlanything_jax.envs.base import Env, Task
 
 
 def play_expert(task: Task, actions: Sequence[str], env: Env, optional: Collection[str] = ()) -> list[ExpertStep]:

@@ -5,7 +5,7 @@ where a parser fallback chose the action; plus `bonus[g]`, e.g. the unit tests o
 writes them, when given), z-scored per step index over the task's rollouts. O is +1 / -1 (won / lost), or
 the environment's score where it gives one (coding: the fraction of ground-truth tests passed). Every step
 is one (prompt, response, advantage) example, or with `pack_turns` every episode is one example holding all its steps
-(`rl/data.pack_turns`: the same loss at O(T) instead of O(T^2) tokens). Reward
+(`core/rl/data.pack_turns`: the same loss at O(T) instead of O(T^2) tokens). Reward
 model: per judged step, R * S_j (the penalty when S_j did not parse), z-scored
 over the step's m judgments; only tasks whose accuracy is in the band. The
 ablations of the paper are weights here: outcome only (lambda = 0), step-wise
@@ -21,11 +21,11 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from rlanything_jax.agents.trajectory import Episode, JudgedEpisode, group_arrays, task_accuracy
-from rlanything_jax.counts import Counts
-from rlanything_jax.rl.advantages import stepwise_group_advantages
-from rlanything_jax.rl.data import Example
-from rlanything_jax.rl.data import pack_turns as pack_episode
-from rlanything_jax.rl.rewards import consistency_advantages, integrated_step_reward, sign_balance_weights
+from rlanything_jax.core.counts import Counts
+from rlanything_jax.core.rl.advantages import stepwise_group_advantages
+from rlanything_jax.core.rl.data import Example
+from rlanything_jax.core.rl.data import pack_turns as pack_episode
+from rlanything_jax.core.rl.rewards import consistency_advantages, integrated_step_reward, sign_balance_weights
 
 
 @dataclasses.dataclass(frozen=True)

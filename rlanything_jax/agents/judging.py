@@ -25,13 +25,13 @@ import numpy as np
 from rlanything_jax.agents.prompt_tokens import encode_prompt
 from rlanything_jax.agents.scenario import StepJudgePrompts
 from rlanything_jax.agents.trajectory import Episode, ParsedJudgment, StepJudgments, StepRecord
-from rlanything_jax.counts import Counts
-from rlanything_jax.progress import Progress
-from rlanything_jax.sampling.sampler import Sampler, bucket_length
-from rlanything_jax.sampling.slots import generate_in_slots, occupancy
-from rlanything_jax.sampling.stops import Completion
-from rlanything_jax.sampling.strategies import make_strategy
-from rlanything_jax.seeds import derive_seed
+from rlanything_jax.core.counts import Counts
+from rlanything_jax.core.progress import Progress
+from rlanything_jax.core.sampling.sampler import Sampler, bucket_length
+from rlanything_jax.core.sampling.slots import generate_in_slots, occupancy
+from rlanything_jax.core.sampling.stops import Completion
+from rlanything_jax.core.sampling.strategies import make_strategy
+from rlanything_jax.core.seeds import derive_seed
 
 BATCH_SIZE = 64   # generations at once (batch_size // m prompts, at least one)
 

@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 
 from rlanything_jax.agents.chat_tokens import first_prompt, turn_delta
-from rlanything_jax.interfaces import ImageInputs
-from rlanything_jax.models.qwen_tokenizer_io import IMAGE_PLACEHOLDER
+from rlanything_jax.core.interfaces import ImageInputs
+from rlanything_jax.core.models.qwen_tokenizer_io import IMAGE_PLACEHOLDER
 
 
 def is_image_part(part: Any) -> bool:

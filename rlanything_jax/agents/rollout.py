@@ -36,14 +36,14 @@ from collections import Counter, deque
 from typing import Any, Callable, Sequence
 
 from rlanything_jax.agents.conversation_rows import LiveEpisode, ensure_room, fits, generate_turn
+from rlanything_jax.agents.envs.base import Observation, Runner, Submitted, Task
 from rlanything_jax.agents.prompt_tokens import next_prompt
 from rlanything_jax.agents.rollout_config import RolloutConfig
 from rlanything_jax.agents.scenario import PolicyPrompts
 from rlanything_jax.agents.trajectory import Episode, StepRecord
-from rlanything_jax.counts import Counts, add_counts
-from rlanything_jax.envs.base import Observation, Runner, Submitted, Task
-from rlanything_jax.progress import Progress
-from rlanything_jax.sampling.sampler import Conversation, Sampler
+from rlanything_jax.core.counts import Counts, add_counts
+from rlanything_jax.core.progress import Progress
+from rlanything_jax.core.sampling.sampler import Conversation, Sampler
 
 ActionOverride = Callable[[Episode, Observation], "str | None"]
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from rlanything_jax.sampling.strategies import SamplingStrategy, make_strategy
+from rlanything_jax.core.sampling.strategies import SamplingStrategy, make_strategy
 
 
 # The config's `rollout` keys that playing reads, under their names in the config file and with its defaults

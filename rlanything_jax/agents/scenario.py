@@ -5,7 +5,7 @@ only through these protocols; everything that knows a game, a desktop or a codin
 problem lives in a package under `rlanything_jax/scenarios/`, registered by name
 (`scenarios.register_scenario`). Optional parts are `None`: a scenario without an
 expert has no warm start or probe. How its reward model is used is a role it names
-(`rlanything_jax.reward_models`), which reads the scenario's `reward_prompts`.
+(`rlanything_jax.agents.reward_models`), which reads the scenario's `reward_prompts`.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from rlanything_jax.agents.chat_tokens import Message
+from rlanything_jax.agents.envs.base import Env, Observation, Task
 from rlanything_jax.agents.trajectory import Episode, ExpertStep, LabelledStep, ParsedAction, ParsedJudgment
-from rlanything_jax.envs.base import Env, Observation, Task
 
 
 class PolicyPrompts(Protocol):
@@ -114,7 +114,7 @@ class Scenario(Protocol):
 
     name: str
     env_module: str          # imported by environment workers: registers the scenario's envs
-    reward_model_role: str   # how its reward model is used: a registered role (`rlanything_jax.reward_models`)
+    reward_model_role: str   # how its reward model is used: a registered role (`rlanything_jax.agents.reward_models`)
     prompts: PolicyPrompts
     reward_prompts: Any      # what its role reads (the role's registered prompts type, checked when it is made)
     expert: Expert | None    # None: no warm start, no probe, no step accuracy

@@ -8,7 +8,7 @@ from typing import Sequence
 
 import numpy as np
 
-from rlanything_jax.envs.base import Observation, Task
+from rlanything_jax.agents.envs.base import Observation, Task
 
 
 @dataclasses.dataclass(frozen=True)

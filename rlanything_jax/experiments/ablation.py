@@ -24,12 +24,13 @@ import statistics
 import sys
 from pathlib import Path
 
-from rlanything_jax.config import ABLATIONS, load_config
+from rlanything_jax.core.validation import ConfigError
 from rlanything_jax.main import parse_args
-from rlanything_jax.validation import ConfigError
+from rlanything_jax.system.config import ABLATIONS, load_config
 
 COLUMNS = (("held_out_success_start", "held-out success (start)"), ("held_out_success_end", "held-out success (end)"),
-           # The fixed probe of expert-labelled held-out steps (probe.py): after the warm start and at the end.
+           # The fixed probe of expert-labelled held-out steps (agents/reward_models/probe.py): after the warm
+           # start and at the end.
            ("reward_model/probe_step_accuracy_first", "RM probe step acc (start)"),
            ("reward_model/probe_step_accuracy_last", "RM probe step acc (end)"),
            # On each step's own rollouts, which move with the policy.
@@ -111,7 +112,7 @@ def main(argv: list[str]) -> int:
     except (ConfigError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    from rlanything_jax.run import run_rl
+    from rlanything_jax.system.run import run_rl
 
     root = Path(base.workdir) / "ablation"
     summaries: dict[str, list[dict]] = {}

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from rlanything_jax.agents.scenario import Scenario
-from rlanything_jax.validation import ConfigError
+from rlanything_jax.core.validation import ConfigError
 
 
 @dataclasses.dataclass(frozen=True)

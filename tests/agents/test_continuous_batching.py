@@ -14,10 +14,10 @@ from collections import Counter
 
 import pytest
 
+from rlanything_jax.agents.envs.runner import EnvRunner
 from rlanything_jax.agents.rollout import RolloutConfig, RolloutEngine, play_episodes
-from rlanything_jax.envs.runner import EnvRunner
-from rlanything_jax.models import load_pretrained
-from rlanything_jax.sampling.sampler import Sampler, SamplerConfig
+from rlanything_jax.core.models import load_pretrained
+from rlanything_jax.core.sampling.sampler import Sampler, SamplerConfig
 from rlanything_jax.scenarios.text_games.reference import DialoguePrompts
 from tests import hf_reference
 from tests.envs.toy_envs import toy_task

@@ -3,11 +3,11 @@
 
 import pytest
 
+from rlanything_jax.agents.envs.base import Observation, Task
 from rlanything_jax.agents.judging import JudgeConfig, judge_episodes
 from rlanything_jax.agents.trajectory import Episode, ParsedJudgment, StepRecord
-from rlanything_jax.envs.base import Observation, Task
-from rlanything_jax.models import load_pretrained
-from rlanything_jax.sampling.sampler import Sampler
+from rlanything_jax.core.models import load_pretrained
+from rlanything_jax.core.sampling.sampler import Sampler
 from tests import hf_reference
 
 

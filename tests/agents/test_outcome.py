@@ -6,12 +6,12 @@ reference computes it (ALGORITHM.md 2.1, 5.3)."""
 import numpy as np
 import pytest
 
+from rlanything_jax.agents.envs.base import InProcessRunner, Observation, StepResult, Task, register_env
 from rlanything_jax.agents.examples import SignalConfig, reward_model_examples
 from rlanything_jax.agents.rollout import RolloutConfig, play_episodes
 from rlanything_jax.agents.trajectory import JudgedEpisode, StepJudgments
-from rlanything_jax.envs.base import InProcessRunner, Observation, StepResult, Task, register_env
-from rlanything_jax.models import load_pretrained
-from rlanything_jax.sampling.sampler import Sampler, SamplerConfig
+from rlanything_jax.core.models import load_pretrained
+from rlanything_jax.core.sampling.sampler import Sampler, SamplerConfig
 from rlanything_jax.scenarios.text_games.reference import ReferencePrompts
 from rlanything_jax.scenarios.textworld.env import TextWorldKnobs, expert_actions, make_task
 from tests import hf_reference

@@ -2,8 +2,8 @@
 
 import pytest
 
-from rlanything_jax.curriculum.adaptation import DIRECTIONS
-from rlanything_jax.models.tokenizer import Tokenizer
+from rlanything_jax.agents.curriculum.adaptation import DIRECTIONS
+from rlanything_jax.core.models.tokenizer import Tokenizer
 from rlanything_jax.scenarios.alfworld import goal_prompts
 from rlanything_jax.scenarios.coding import prompts as coding_prompts
 from rlanything_jax.scenarios.coding.prompts import TestCases

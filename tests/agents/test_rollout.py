@@ -6,13 +6,13 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from rlanything_jax import progress
+from rlanything_jax.agents.envs.base import Task
+from rlanything_jax.agents.envs.runner import EnvRunner
 from rlanything_jax.agents.judging import JudgeConfig, judge_episodes
 from rlanything_jax.agents.rollout import RolloutConfig, play_episodes
-from rlanything_jax.envs.base import Task
-from rlanything_jax.envs.runner import EnvRunner
-from rlanything_jax.models import load_pretrained
-from rlanything_jax.sampling.sampler import Sampler, SamplerConfig
+from rlanything_jax.core import progress
+from rlanything_jax.core.models import load_pretrained
+from rlanything_jax.core.sampling.sampler import Sampler, SamplerConfig
 from rlanything_jax.scenarios.alfworld import env as alfworld
 from rlanything_jax.scenarios.alfworld.knobs import GameKnobs
 from rlanything_jax.scenarios.text_games import prompts

@@ -14,19 +14,20 @@ import zlib
 import jax
 import pytest
 
-from rlanything_jax import assemble, sharding
+from rlanything_jax.agents.curriculum.task_pool import TaskPool
+from rlanything_jax.agents.envs.base import InProcessRunner
 from rlanything_jax.agents.examples import episode_examples
+from rlanything_jax.agents.reward_models import RewardModel
+from rlanything_jax.agents.reward_models.step_judging import StepJudging
 from rlanything_jax.agents.rollout import RolloutEngine
 from rlanything_jax.agents.trajectory import ParsedJudgment
-from rlanything_jax.config import load_config
-from rlanything_jax.curriculum.task_pool import TaskPool
-from rlanything_jax.envs.base import InProcessRunner
-from rlanything_jax.loop import Services, SystemState, rl_step
-from rlanything_jax.reward_models import RewardModel
-from rlanything_jax.reward_models.step_judging import StepJudging
-from rlanything_jax.rl.data import DataConfig, prepare_examples
+from rlanything_jax.core import sharding
+from rlanything_jax.core.rl.data import DataConfig, prepare_examples
 from rlanything_jax.scenarios.alfworld import env as alfworld_env
 from rlanything_jax.scenarios.text_games import prompts as text_prompts
+from rlanything_jax.system import assemble
+from rlanything_jax.system.config import load_config
+from rlanything_jax.system.loop import Services, SystemState, rl_step
 from tests.audit.stand_ins import stand_in_model_dir
 
 pytestmark = pytest.mark.slow   # about a minute on 2 CPU cores

@@ -7,18 +7,18 @@ their prompts are built directly, by the code the step builds them with.)"""
 import numpy as np
 import pytest
 
-from rlanything_jax import assemble
 from rlanything_jax.agents.chat_tokens import first_prompt
+from rlanything_jax.agents.envs.base import Observation
 from rlanything_jax.agents.judging import fits_sampler
 from rlanything_jax.agents.prompt_tokens import encode_prompt
 from rlanything_jax.agents.scenario import TaskCounts
 from rlanything_jax.agents.trajectory import Episode, StepRecord
-from rlanything_jax.config import load_config
-from rlanything_jax.envs.base import Observation
-from rlanything_jax.models.qwen3_vl.images import Qwen3VLImages
-from rlanything_jax.models.qwen_tokenizer_io import convert_qwen_tokenizer
-from rlanything_jax.models.tokenizer import Tokenizer
-from rlanything_jax.sampling.sampler import SamplerConfig
+from rlanything_jax.core.models.qwen3_vl.images import Qwen3VLImages
+from rlanything_jax.core.models.qwen_tokenizer_io import convert_qwen_tokenizer
+from rlanything_jax.core.models.tokenizer import Tokenizer
+from rlanything_jax.core.sampling.sampler import SamplerConfig
+from rlanything_jax.system import assemble
+from rlanything_jax.system.config import load_config
 
 
 class SamplerLimit:

@@ -4,7 +4,7 @@ import jax
 import numpy as np
 import pytest
 
-from rlanything_jax.curriculum.adaptation import EASIER, HARDER, KEEP, accept_candidate, difficulty_direction
+from rlanything_jax.agents.curriculum.adaptation import EASIER, HARDER, KEEP, accept_candidate, difficulty_direction
 
 
 def test_difficulty_direction_band_edges():

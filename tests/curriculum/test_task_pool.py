@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from rlanything_jax.curriculum.task_pool import (
+from rlanything_jax.agents.curriculum.task_pool import (
     Candidate,
     TaskPool,
     pool_from_json,
@@ -14,7 +14,7 @@ from rlanything_jax.curriculum.task_pool import (
     resolve_candidates,
     sample_step_tasks,
 )
-from rlanything_jax.envs.base import Task
+from rlanything_jax.agents.envs.base import Task
 
 
 def _task(name: str) -> Task:

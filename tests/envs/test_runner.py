@@ -5,8 +5,8 @@ import time
 
 import pytest
 
-from rlanything_jax.envs.base import Observation, StepResult, Task
-from rlanything_jax.envs.runner import EnvError, EnvRunner
+from rlanything_jax.agents.envs.base import Observation, StepResult, Task
+from rlanything_jax.agents.envs.runner import EnvError, EnvRunner
 from tests.envs.toy_envs import ACTIONS, ToyEnv, toy_task
 
 TOY_MODULES = ("tests.envs.toy_envs",)

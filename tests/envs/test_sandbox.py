@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from rlanything_jax.envs import sandbox
+from rlanything_jax.agents.envs import sandbox
 from rlanything_jax.scenarios.coding import function_tests
 
 REPOSITORY = Path(__file__).resolve().parents[2]

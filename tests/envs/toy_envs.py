@@ -17,7 +17,7 @@ import os
 import signal
 import time
 
-from rlanything_jax.envs.base import Observation, StepResult, Task, register_env
+from rlanything_jax.agents.envs.base import Observation, StepResult, Task, register_env
 
 ACTIONS = ("add 1", "add 2", "add 5", "finish")
 

@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from rlanything_jax.config import DEFAULT_CONFIG, load_config
-from rlanything_jax.models.attention_kernels import AttentionKernel, causal_attention, resolve_attention
-from rlanything_jax.models.decoder import Decoder
-from rlanything_jax.models.model_config import DecoderConfig
-from rlanything_jax.models.qwen3_vl.config import VisionConfig
-from rlanything_jax.models.qwen3_vl.vision import VisionTower
-from rlanything_jax.sampling.sampler import Sampler
-from rlanything_jax.validation import ConfigError
+from rlanything_jax.core.models.attention_kernels import AttentionKernel, causal_attention, resolve_attention
+from rlanything_jax.core.models.decoder import Decoder
+from rlanything_jax.core.models.model_config import DecoderConfig
+from rlanything_jax.core.models.qwen3_vl.config import VisionConfig
+from rlanything_jax.core.models.qwen3_vl.vision import VisionTower
+from rlanything_jax.core.sampling.sampler import Sampler
+from rlanything_jax.core.validation import ConfigError
+from rlanything_jax.system.config import DEFAULT_CONFIG, load_config
 
 XLA = AttentionKernel("xla")
 # Small tiles, so that tiny inputs cross several query and key chunks (partial ones at the ends).

@@ -4,7 +4,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rlanything_jax.models import load_pretrained
+from rlanything_jax.core.models import load_pretrained
 from tests import hf_reference
 
 # (family, overrides): tied/untied, theta 1e4/1e6, GQA ratios 1/2/4, head_dim != hidden/heads,

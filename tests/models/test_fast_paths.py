@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from rlanything_jax.models import Decoder, DecoderConfig
-from rlanything_jax.models.attention import causal_padding_mask, grouped_query_attention
-from rlanything_jax.models.linear import linear
-from rlanything_jax.models.lm_head import target_logprobs
+from rlanything_jax.core.models import Decoder, DecoderConfig
+from rlanything_jax.core.models.attention import causal_padding_mask, grouped_query_attention
+from rlanything_jax.core.models.linear import linear
+from rlanything_jax.core.models.lm_head import target_logprobs
 
 RNG = np.random.default_rng(0)
 

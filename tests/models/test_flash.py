@@ -4,10 +4,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rlanything_jax.models.attention import grouped_query_attention
-from rlanything_jax.models.attention_kernels import AttentionKernel
-from rlanything_jax.models.flash import causal_window_attention
-from rlanything_jax.sampling import decode as decode_lib
+from rlanything_jax.core.models.attention import grouped_query_attention
+from rlanything_jax.core.models.attention_kernels import AttentionKernel
+from rlanything_jax.core.models.flash import causal_window_attention
+from rlanything_jax.core.sampling import decode as decode_lib
 
 
 def _dense(q, k, v, key_valid, query_columns):

@@ -13,8 +13,8 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from rlanything_jax import convert  # noqa: E402
-from rlanything_jax.models import gguf_io  # noqa: E402
-from rlanything_jax.models.gguf_io import (  # noqa: E402
+from rlanything_jax.core.models import gguf_io  # noqa: E402
+from rlanything_jax.core.models.gguf_io import (  # noqa: E402
     ConversionError,
     ensure_smollm2_hf_dir,
     find_smollm2_gguf,
@@ -231,7 +231,7 @@ def _assert_same_tokenizer(tok, reference):
 
 @pytest.mark.slow
 def test_tokenizer_matches_gguf_tokenizer(smollm2_dir, gguf_reference_tokenizer):
-    from rlanything_jax.models.tokenizer import Tokenizer
+    from rlanything_jax.core.models.tokenizer import Tokenizer
 
     tok = Tokenizer.from_dir(smollm2_dir)
     _assert_same_tokenizer(tok, gguf_reference_tokenizer)
@@ -245,7 +245,7 @@ def test_tokenizer_matches_gguf_tokenizer(smollm2_dir, gguf_reference_tokenizer)
 @pytest.mark.slow
 def test_cache_from_the_transformers_based_converter_is_equivalent(smollm2_dir, gguf_reference_tokenizer, tmp_path):
     # Earlier versions saved transformers' GGUF tokenizer; such caches are reused, not reconverted.
-    from rlanything_jax.models.tokenizer import Tokenizer, write_tokenizer_dir
+    from rlanything_jax.core.models.tokenizer import Tokenizer, write_tokenizer_dir
 
     old_config = json.loads((smollm2_dir / "tokenizer_config.json").read_text())
     old_dir = write_tokenizer_dir(gguf_reference_tokenizer.backend_tokenizer, tmp_path / "old", old_config)

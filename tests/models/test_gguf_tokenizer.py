@@ -17,8 +17,8 @@ import pytest
 from transformers import AutoTokenizer
 from transformers.convert_slow_tokenizer import bytes_to_unicode
 
-from rlanything_jax.models.gguf_io import ConversionError, write_gguf_tokenizer
-from rlanything_jax.models.tokenizer import Tokenizer
+from rlanything_jax.core.models.gguf_io import ConversionError, write_gguf_tokenizer
+from rlanything_jax.core.models.tokenizer import Tokenizer
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CONTROL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -162,8 +162,8 @@ import importlib.util, json, site, sys
 site.addsitedir({str(view)!r})
 assert importlib.util.find_spec("torch") is None, "torch is still importable"
 sys.path.insert(0, {str(REPO_ROOT)!r})
-from rlanything_jax.models.gguf_io import write_gguf_tokenizer
-from rlanything_jax.models.tokenizer import Tokenizer
+from rlanything_jax.core.models.gguf_io import write_gguf_tokenizer
+from rlanything_jax.core.models.tokenizer import Tokenizer
 sys.path.insert(0, {str(Path(__file__).parent)!r})
 from test_gguf_tokenizer import _rendered
 tok = Tokenizer.from_dir(write_gguf_tokenizer({str(tiny_gguf)!r}, {str(tmp_path / "out")!r}))

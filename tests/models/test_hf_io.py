@@ -10,8 +10,8 @@ import torch
 import transformers
 from flax import nnx
 
-from rlanything_jax.models import load_pretrained, save_pretrained
-from rlanything_jax.models.hf_io import SafetensorsCheckpoint
+from rlanything_jax.core.models import load_pretrained, save_pretrained
+from rlanything_jax.core.models.hf_io import SafetensorsCheckpoint
 from tests import hf_reference
 
 

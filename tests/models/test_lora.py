@@ -1,4 +1,4 @@
-"""LoRA adapters (models/lora.py) against the base model, their merge, and PEFT on the transformers model."""
+"""LoRA adapters (core/models/lora.py) against the base model, their merge, and PEFT on the transformers model."""
 
 import dataclasses
 
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from rlanything_jax.models import load_pretrained, lora
-from rlanything_jax.validation import ConfigError
+from rlanything_jax.core.models import load_pretrained, lora
+from rlanything_jax.core.validation import ConfigError
 from tests import hf_reference
 
 

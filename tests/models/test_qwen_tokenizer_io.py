@@ -17,8 +17,8 @@ import pytest  # noqa: E402
 import regex  # noqa: E402
 
 from rlanything_jax import convert  # noqa: E402
-from rlanything_jax.models.gguf_io import ConversionError  # noqa: E402
-from rlanything_jax.models.qwen_tokenizer_io import (  # noqa: E402
+from rlanything_jax.core.models.gguf_io import ConversionError  # noqa: E402
+from rlanything_jax.core.models.qwen_tokenizer_io import (  # noqa: E402
     convert_qwen_tokenizer,
     find_qwen_tiktoken,
 )

@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from rlanything_jax import sharding
-from rlanything_jax.models import Decoder, DecoderConfig, load_pretrained
-from rlanything_jax.models.hf_io import save_pretrained
-from rlanything_jax.models.layer_stack import is_stacked_path, per_layer_path
-from rlanything_jax.rl.train_state import make_optimizer
-from rlanything_jax.rl.train_step import TrainBatch, TrainSpec, _micro_objective
-from rlanything_jax.sampling.sampler import Sampler, SamplerConfig
-from rlanything_jax.sampling.slots import generate_in_slots
+from rlanything_jax.core import sharding
+from rlanything_jax.core.models import Decoder, DecoderConfig, load_pretrained
+from rlanything_jax.core.models.hf_io import save_pretrained
+from rlanything_jax.core.models.layer_stack import is_stacked_path, per_layer_path
+from rlanything_jax.core.rl.train_state import make_optimizer
+from rlanything_jax.core.rl.train_step import TrainBatch, TrainSpec, _micro_objective
+from rlanything_jax.core.sampling.sampler import Sampler, SamplerConfig
+from rlanything_jax.core.sampling.slots import generate_in_slots
 from tests import hf_reference
 
 LAYERS = 3
@@ -209,8 +209,8 @@ def test_qwen3_vl_with_scanned_layers_matches_transformers_on_images(tmp_path, s
 def test_a_scanned_vision_tower_gives_the_same_features_and_gradients():
     """The tower's blocks stacked and scanned, DeepStack taps at blocks 0 and 2 of 4, remat full: features
     and every gradient equal the unrolled tower's with the same weights."""
-    from rlanything_jax.models.qwen3_vl.config import VisionConfig
-    from rlanything_jax.models.qwen3_vl.vision import VisionTower
+    from rlanything_jax.core.models.qwen3_vl.config import VisionConfig
+    from rlanything_jax.core.models.qwen3_vl.vision import VisionTower
 
     cfg = VisionConfig(depth=4, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=48,
                        num_position_embeddings=64, deepstack_visual_indexes=(0, 2), patch_size=4)
@@ -242,7 +242,7 @@ def test_a_scanned_vision_tower_gives_the_same_features_and_gradients():
 
 
 def test_paper_configs_scan_and_checkpoints_do_not_record_it():
-    from rlanything_jax.config import ROOT, load_config
+    from rlanything_jax.system.config import ROOT, load_config
 
     for config in ("alfworld.py:paper", "coding.py:paper", "osworld.py:paper"):
         models = load_config(str(ROOT / "configs" / config)).model

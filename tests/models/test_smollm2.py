@@ -5,9 +5,9 @@ import pytest
 import torch
 import transformers
 
-from rlanything_jax.models import load_pretrained
-from rlanything_jax.models.tokenizer import Tokenizer
-from rlanything_jax.sampling.full_forward import greedy_generate
+from rlanything_jax.core.models import load_pretrained
+from rlanything_jax.core.models.tokenizer import Tokenizer
+from rlanything_jax.core.sampling.full_forward import greedy_generate
 from tests import hf_reference
 
 PROMPTS = ["What is the capital of France?", "Write a haiku about the sea, then explain it in two sentences."]
@@ -48,7 +48,7 @@ def test_real_model_logits_match_transformers(smollm2_dir):
 
 @pytest.mark.slow
 def test_kv_sampler_matches_transformers_including_a_second_turn(smollm2_dir):
-    from rlanything_jax.sampling.sampler import Sampler
+    from rlanything_jax.core.sampling.sampler import Sampler
 
     tokenizer = Tokenizer.from_dir(smollm2_dir)
     prompt_ids = [tokenizer.encode_chat([{"role": "user", "content": p}]) for p in PROMPTS]

@@ -9,7 +9,7 @@ import shutil  # noqa: E402
 
 import pytest  # noqa: E402
 
-from rlanything_jax.models.tokenizer import Tokenizer  # noqa: E402
+from rlanything_jax.core.models.tokenizer import Tokenizer  # noqa: E402
 
 IM_START, IM_END, ENDOFTEXT = 151644, 151645, 151643
 

@@ -6,15 +6,11 @@ from collections import Counter
 import numpy as np
 import pytest
 
+from rlanything_jax.agents.envs.base import Observation
 from rlanything_jax.agents.judging import JudgeConfig
-from rlanything_jax.agents.trajectory import Episode, StepRecord
-from rlanything_jax.envs.base import Observation
-from rlanything_jax.models import load_pretrained
-from rlanything_jax.models.scratch import ScratchArchitecture, build_scratch_model_dir
-from rlanything_jax.models.tokenizer import Tokenizer
-from rlanything_jax.reward_models import RewardModel
-from rlanything_jax.reward_models.unit_test_writing import UnitTestWriting
-from rlanything_jax.reward_models.unit_tests import (
+from rlanything_jax.agents.reward_models import RewardModel
+from rlanything_jax.agents.reward_models.unit_test_writing import UnitTestWriting
+from rlanything_jax.agents.reward_models.unit_tests import (
     ParsedUnitTest,
     UnitTestJudgments,
     judge_texts,
@@ -24,7 +20,11 @@ from rlanything_jax.reward_models.unit_tests import (
     unit_test_metrics,
     write_unit_tests,
 )
-from rlanything_jax.sampling.sampler import Sampler
+from rlanything_jax.agents.trajectory import Episode, StepRecord
+from rlanything_jax.core.models import load_pretrained
+from rlanything_jax.core.models.scratch import ScratchArchitecture, build_scratch_model_dir
+from rlanything_jax.core.models.tokenizer import Tokenizer
+from rlanything_jax.core.sampling.sampler import Sampler
 from rlanything_jax.scenarios.coding import env as coding
 from rlanything_jax.scenarios.coding.scenario import CodingPrompts
 
@@ -223,8 +223,8 @@ class _PlayedPrograms:
 def test_evaluation_measures_the_reward_models_unit_tests_on_held_out_tasks(reward_model, sum_two):
     """eval/reward_model/unit_test_*: the reward model's tests of each held-out task, run against its
     played programs and its reference solution, as the reference's coding evaluation measures them."""
-    from rlanything_jax import evaluation
     from rlanything_jax.agents.rollout import RolloutConfig
+    from rlanything_jax.system import evaluation
 
     reverse = next(t for t in coding.builtin_stdio_tasks() if t.task_id == "demo/reverse_string")
     programs = {sum_two.task_id: [ADD, SUBTRACT], reverse.task_id: ["print(input()[::-1])"]}

@@ -12,12 +12,12 @@ import optax
 import pytest
 from flax import nnx
 
-from rlanything_jax import sharding
-from rlanything_jax.models import Decoder, DecoderConfig
-from rlanything_jax.rl.data import Example, pack_turns
-from rlanything_jax.rl.phase import Learner, train_phase
-from rlanything_jax.rl.train_state import init_train_state
-from rlanything_jax.rl.train_step import TrainBatch, TrainSpec, train_step
+from rlanything_jax.core import sharding
+from rlanything_jax.core.models import Decoder, DecoderConfig
+from rlanything_jax.core.rl.data import Example, pack_turns
+from rlanything_jax.core.rl.phase import Learner, train_phase
+from rlanything_jax.core.rl.train_state import init_train_state
+from rlanything_jax.core.rl.train_step import TrainBatch, TrainSpec, train_step
 
 CFG = DecoderConfig(model_type="qwen3", vocab_size=32, hidden_size=16, intermediate_size=32, num_layers=1,
                     num_heads=2, num_kv_heads=1, head_dim=8, qk_norm=True)

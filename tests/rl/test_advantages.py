@@ -4,7 +4,7 @@ import jax
 import numpy as np
 import pytest
 
-from rlanything_jax.rl import stepwise_group_advantages
+from rlanything_jax.core.rl import stepwise_group_advantages
 
 # Three rollouts of one task: lengths 3, 2 and 1 steps.
 REWARDS = np.array([[1.0, 2.0, 5.0],

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from rlanything_jax.models import Decoder, DecoderConfig
-from rlanything_jax.rl.data import BatchIterator, DataConfig, Example, collate, prepare_examples
-from rlanything_jax.rl.train_step import token_logprobs
-from rlanything_jax.sampling.sampler import Sampler
-from rlanything_jax.sampling.strategies import Sampling
+from rlanything_jax.core.models import Decoder, DecoderConfig
+from rlanything_jax.core.rl.data import BatchIterator, DataConfig, Example, collate, prepare_examples
+from rlanything_jax.core.rl.train_step import token_logprobs
+from rlanything_jax.core.sampling.sampler import Sampler
+from rlanything_jax.core.sampling.strategies import Sampling
 
 EOS = 2
 CFG = DataConfig(batch_size=4, max_prompt_tokens=6, max_response_tokens=4, eos_id=EOS, min_bucket=8)

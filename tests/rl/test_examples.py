@@ -4,9 +4,9 @@
 import numpy as np
 import pytest
 
+from rlanything_jax.agents.envs.base import Observation, Task
 from rlanything_jax.agents.examples import SignalConfig, policy_examples, reward_model_examples
 from rlanything_jax.agents.trajectory import Episode, JudgedEpisode, StepJudgments, StepRecord
-from rlanything_jax.envs.base import Observation, Task
 
 TASK = Task("t", "alfworld", "goal")
 

@@ -8,11 +8,12 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from rlanything_jax import assemble, sharding
-from rlanything_jax.config import DEFAULT_CONFIG, load_config
-from rlanything_jax.models import load_pretrained
-from rlanything_jax.rl.phase import train_phase
-from rlanything_jax.validation import ConfigError
+from rlanything_jax.core import sharding
+from rlanything_jax.core.models import load_pretrained
+from rlanything_jax.core.rl.phase import train_phase
+from rlanything_jax.core.validation import ConfigError
+from rlanything_jax.system import assemble
+from rlanything_jax.system.config import DEFAULT_CONFIG, load_config
 from tests.models.qwen3_vl import vl_reference
 from tests.models.qwen3_vl.vl_reference import IMAGE
 

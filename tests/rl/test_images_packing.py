@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from rlanything_jax.models import load_pretrained
-from rlanything_jax.models.qwen3_vl import processor
-from rlanything_jax.models.qwen3_vl.images import Qwen3VLImages
-from rlanything_jax.rl.data import DataConfig, Example, collate, pack_turns
-from rlanything_jax.rl.train_step import share_prompt_prefixes, token_logprobs
+from rlanything_jax.core.models import load_pretrained
+from rlanything_jax.core.models.qwen3_vl import processor
+from rlanything_jax.core.models.qwen3_vl.images import Qwen3VLImages
+from rlanything_jax.core.rl.data import DataConfig, Example, collate, pack_turns
+from rlanything_jax.core.rl.train_step import share_prompt_prefixes, token_logprobs
 from tests.models.qwen3_vl import vl_reference
 from tests.models.qwen3_vl.vl_reference import END, IMAGE, START
 

@@ -9,9 +9,9 @@ import optax
 import pytest
 from flax import nnx
 
-from rlanything_jax.rl.phase import train_phase
-from rlanything_jax.rl.train_state import TrainState, init_train_state
-from rlanything_jax.rl.train_step import TrainSpec, train_step
+from rlanything_jax.core.rl.phase import train_phase
+from rlanything_jax.core.rl.train_state import TrainState, init_train_state
+from rlanything_jax.core.rl.train_step import TrainSpec, train_step
 from tests.rl.test_accumulation import (
     BETA,
     EPS,

@@ -9,15 +9,15 @@ import pytest
 from flax import nnx
 from jax.sharding import PartitionSpec as P
 
-from rlanything_jax import sharding
-from rlanything_jax.checkpoint import SystemCheckpointer, abstract_like
-from rlanything_jax.config import load_config
-from rlanything_jax.models import Decoder, DecoderConfig
-from rlanything_jax.models.lora import LoRAConfig
-from rlanything_jax.rl.phase import Learner
-from rlanything_jax.rl.train_state import sampler_weights
-from rlanything_jax.rl.train_step import TrainBatch, TrainSpec, jit_train_step, token_logprobs
-from rlanything_jax.validation import ConfigError
+from rlanything_jax.core import sharding
+from rlanything_jax.core.checkpoint import SystemCheckpointer, abstract_like
+from rlanything_jax.core.models import Decoder, DecoderConfig
+from rlanything_jax.core.models.lora import LoRAConfig
+from rlanything_jax.core.rl.phase import Learner
+from rlanything_jax.core.rl.train_state import sampler_weights
+from rlanything_jax.core.rl.train_step import TrainBatch, TrainSpec, jit_train_step, token_logprobs
+from rlanything_jax.core.validation import ConfigError
+from rlanything_jax.system.config import load_config
 
 CFG = DecoderConfig(model_type="qwen3", vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=2,
                     num_heads=8, num_kv_heads=4, head_dim=8, qk_norm=True)
@@ -145,7 +145,7 @@ def test_config_keys_and_the_shared_base_rule():
 
 @pytest.mark.slow   # loads SmolLM2-135M and builds a run (about a minute on 2 cores)
 def test_a_run_with_a_shared_base_holds_one_copy_of_it(smollm2_dir, tmp_path):
-    from rlanything_jax.run import build_system  # noqa: PLC0415 - the whole run's machinery, for this test only
+    from rlanything_jax.system.run import build_system  # noqa: PLC0415 - the whole run's machinery, for this test only
 
     path = str(smollm2_dir)
     cfg = load_config("configs/default.py:smoke", [

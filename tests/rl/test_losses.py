@@ -5,8 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rlanything_jax.rl import ppo_clip_k3_loss
-from rlanything_jax.rl.losses import ppo_clip_k3_sums, ppo_loss_from_sums
+from rlanything_jax.core.rl import ppo_clip_k3_loss
+from rlanything_jax.core.rl.losses import ppo_clip_k3_sums, ppo_loss_from_sums
 
 EPS = 0.2
 

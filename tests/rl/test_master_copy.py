@@ -7,13 +7,13 @@ import numpy as np
 import optax
 from flax import nnx
 
-from rlanything_jax import sharding
-from rlanything_jax.checkpoint import SystemCheckpointer, abstract_like
-from rlanything_jax.models import Decoder
-from rlanything_jax.planning import analytic
-from rlanything_jax.rl.train_config import TrainConfig
-from rlanything_jax.rl.train_state import init_train_state, make_optimizer, reset_optimizer
-from rlanything_jax.rl.train_step import TrainSpec, _micro_objective, train_step
+from rlanything_jax.core import sharding
+from rlanything_jax.core.checkpoint import SystemCheckpointer, abstract_like
+from rlanything_jax.core.models import Decoder
+from rlanything_jax.core.rl.train_config import TrainConfig
+from rlanything_jax.core.rl.train_state import init_train_state, make_optimizer, reset_optimizer
+from rlanything_jax.core.rl.train_step import TrainSpec, _micro_objective, train_step
+from rlanything_jax.system.planning import analytic
 from tests.rl.test_train_step import CFG, _batch
 
 

@@ -8,15 +8,15 @@ import optax
 import pytest
 from flax import nnx
 
-from rlanything_jax import sharding
+from rlanything_jax.agents.envs.base import Observation, Task
 from rlanything_jax.agents.examples import SignalConfig, policy_examples
 from rlanything_jax.agents.trajectory import Episode, JudgedEpisode, StepJudgments, StepRecord
-from rlanything_jax.envs.base import Observation, Task
-from rlanything_jax.models import Decoder, DecoderConfig
-from rlanything_jax.rl.data import DataConfig, Example, Segment, collate, pack_turns, prepare_examples, unpack
-from rlanything_jax.rl.phase import Learner, train_phase
-from rlanything_jax.rl.train_state import init_train_state
-from rlanything_jax.rl.train_step import TrainSpec, train_step
+from rlanything_jax.core import sharding
+from rlanything_jax.core.models import Decoder, DecoderConfig
+from rlanything_jax.core.rl.data import DataConfig, Example, Segment, collate, pack_turns, prepare_examples, unpack
+from rlanything_jax.core.rl.phase import Learner, train_phase
+from rlanything_jax.core.rl.train_state import init_train_state
+from rlanything_jax.core.rl.train_step import TrainSpec, train_step
 
 EOS, OPEN, CLOSE = 2, 3, 4   # <|im_end|>, <|im_start|>user\n, ...<|im_start|>assistant\n
 MODEL = DecoderConfig(model_type="qwen3", vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=2,

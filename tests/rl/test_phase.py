@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from rlanything_jax import sharding
-from rlanything_jax.models import Decoder, DecoderConfig
-from rlanything_jax.rl.data import BatchIterator, DataConfig, Example
-from rlanything_jax.rl.phase import Learner, epoch_seed, train_phase, update_plan
-from rlanything_jax.rl.train_state import init_train_state
+from rlanything_jax.core import sharding
+from rlanything_jax.core.models import Decoder, DecoderConfig
+from rlanything_jax.core.rl.data import BatchIterator, DataConfig, Example
+from rlanything_jax.core.rl.phase import Learner, epoch_seed, train_phase, update_plan
+from rlanything_jax.core.rl.train_state import init_train_state
 
 CFG = DecoderConfig(model_type="qwen3", vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=2,
                     num_heads=4, num_kv_heads=2, head_dim=8, qk_norm=True)

@@ -5,12 +5,12 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from rlanything_jax.config import DEFAULT_CONFIG, load_config
-from rlanything_jax.models import Decoder, DecoderConfig
-from rlanything_jax.rl.train_config import TrainConfig
-from rlanything_jax.rl.train_state import make_optimizer
-from rlanything_jax.rl.train_step import TrainBatch, TrainSpec, _micro_objective
-from rlanything_jax.validation import ConfigError
+from rlanything_jax.core.models import Decoder, DecoderConfig
+from rlanything_jax.core.rl.train_config import TrainConfig
+from rlanything_jax.core.rl.train_state import make_optimizer
+from rlanything_jax.core.rl.train_step import TrainBatch, TrainSpec, _micro_objective
+from rlanything_jax.core.validation import ConfigError
+from rlanything_jax.system.config import DEFAULT_CONFIG, load_config
 
 CFG = DecoderConfig(model_type="qwen3", vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=2,
                     num_heads=4, num_kv_heads=2, head_dim=8, qk_norm=True)
@@ -72,8 +72,8 @@ def test_the_vision_tower_is_checkpointed_too():
     """A Qwen3-VL tower's blocks follow the same policy: equal gradients, fewer residuals under "full"."""
     import jax.numpy as jnp
 
-    from rlanything_jax.models.qwen3_vl.config import VisionConfig
-    from rlanything_jax.models.qwen3_vl.vision import VisionTower
+    from rlanything_jax.core.models.qwen3_vl.config import VisionConfig
+    from rlanything_jax.core.models.qwen3_vl.vision import VisionTower
 
     cfg = VisionConfig(depth=3, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=48,
                        num_position_embeddings=64, deepstack_visual_indexes=(1,), patch_size=4)

@@ -4,7 +4,7 @@ import jax
 import numpy as np
 import pytest
 
-from rlanything_jax.rl import (
+from rlanything_jax.core.rl import (
     consistency_advantages,
     integrated_step_reward,
     sign_balance_weights,

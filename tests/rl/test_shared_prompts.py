@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from rlanything_jax import sharding
-from rlanything_jax.models import Decoder, DecoderConfig
-from rlanything_jax.rl.data import DataConfig, Example, Segment
-from rlanything_jax.rl.phase import Learner, train_phase
-from rlanything_jax.rl.shared_prompts import collate_update, micro_batch_layout, prompt_groups, sharing_counts
-from rlanything_jax.rl.train_config import TrainConfig
-from rlanything_jax.validation import ConfigError
+from rlanything_jax.core import sharding
+from rlanything_jax.core.models import Decoder, DecoderConfig
+from rlanything_jax.core.rl.data import DataConfig, Example, Segment
+from rlanything_jax.core.rl.phase import Learner, train_phase
+from rlanything_jax.core.rl.shared_prompts import collate_update, micro_batch_layout, prompt_groups, sharing_counts
+from rlanything_jax.core.rl.train_config import TrainConfig
+from rlanything_jax.core.validation import ConfigError
 
 CFG = DecoderConfig(model_type="qwen3", vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=2,
                     num_heads=4, num_kv_heads=2, head_dim=8, qk_norm=True)
@@ -74,7 +74,7 @@ def test_sharing_prompts_gives_the_same_parameters_and_metrics(lora):
 
 def test_a_wrong_prefix_index_changes_the_update(monkeypatch):
     """The comparison above can fail: rows continuing the wrong prompt give other parameters."""
-    from rlanything_jax.rl import phase as phase_module
+    from rlanything_jax.core.rl import phase as phase_module
 
     def swapped(examples, cfg, micro_batch_size):
         batch = collate_update(examples, cfg, micro_batch_size)

@@ -1,5 +1,5 @@
 """TrainConfig: the reference's defaults, each field's rule as a ConfigError naming it, and a Learner built
-from a mapping (as assemble.py and run.py still pass)."""
+from a mapping (as system/assemble.py and system/run.py still pass)."""
 
 import dataclasses
 
@@ -7,12 +7,12 @@ import jax
 import pytest
 from flax import nnx
 
-from rlanything_jax import sharding
-from rlanything_jax.models import Decoder, DecoderConfig
-from rlanything_jax.rl.phase import Learner
-from rlanything_jax.rl.train_config import TrainConfig
-from rlanything_jax.rl.train_state import learning_rate_schedule, make_optimizer
-from rlanything_jax.validation import ConfigError
+from rlanything_jax.core import sharding
+from rlanything_jax.core.models import Decoder, DecoderConfig
+from rlanything_jax.core.rl.phase import Learner
+from rlanything_jax.core.rl.train_config import TrainConfig
+from rlanything_jax.core.rl.train_state import learning_rate_schedule, make_optimizer
+from rlanything_jax.core.validation import ConfigError
 
 CFG = DecoderConfig(model_type="qwen3", vocab_size=32, hidden_size=16, intermediate_size=32, num_layers=1,
                     num_heads=2, num_kv_heads=1, head_dim=8)

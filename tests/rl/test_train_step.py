@@ -7,13 +7,13 @@ import pytest
 from flax import nnx
 from jax.sharding import PartitionSpec as P
 
-from rlanything_jax import sharding
-from rlanything_jax.models import Decoder, DecoderConfig
-from rlanything_jax.rl import stepwise_group_advantages
-from rlanything_jax.rl.train_state import init_train_state, make_optimizer, reset_optimizer
-from rlanything_jax.rl.train_step import TrainBatch, TrainSpec, jit_train_step, share_prompt_prefixes, train_step
-from rlanything_jax.sampling.sampler import Sampler
-from rlanything_jax.sampling.strategies import Sampling
+from rlanything_jax.core import sharding
+from rlanything_jax.core.models import Decoder, DecoderConfig
+from rlanything_jax.core.rl import stepwise_group_advantages
+from rlanything_jax.core.rl.train_state import init_train_state, make_optimizer, reset_optimizer
+from rlanything_jax.core.rl.train_step import TrainBatch, TrainSpec, jit_train_step, share_prompt_prefixes, train_step
+from rlanything_jax.core.sampling.sampler import Sampler
+from rlanything_jax.core.sampling.strategies import Sampling
 
 CFG = DecoderConfig(model_type="qwen3", vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=2,
                     num_heads=8, num_kv_heads=4, head_dim=8, qk_norm=True)

@@ -11,12 +11,12 @@ import pytest
 import torch
 from flax import nnx
 
-from rlanything_jax.models import load_pretrained
-from rlanything_jax.models.qwen3_vl.images import Qwen3VLImages
-from rlanything_jax.rl.data import DataConfig, collate
-from rlanything_jax.rl.train_state import init_train_state
-from rlanything_jax.rl.train_step import TrainSpec, token_logprobs, train_step
-from rlanything_jax.rl.vision import freeze_vision, with_cached_image_features
+from rlanything_jax.core.models import load_pretrained
+from rlanything_jax.core.models.qwen3_vl.images import Qwen3VLImages
+from rlanything_jax.core.rl.data import DataConfig, collate
+from rlanything_jax.core.rl.train_state import init_train_state
+from rlanything_jax.core.rl.train_step import TrainSpec, token_logprobs, train_step
+from rlanything_jax.core.rl.vision import freeze_vision, with_cached_image_features
 from tests.models.qwen3_vl import vl_reference
 from tests.models.qwen3_vl.vl_reference import IMAGE
 

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from rlanything_jax import sharding
-from rlanything_jax.models import load_pretrained
-from rlanything_jax.sampling.sampler import Sampler, SamplerConfig, window_buckets
+from rlanything_jax.core import sharding
+from rlanything_jax.core.models import load_pretrained
+from rlanything_jax.core.sampling.sampler import Sampler, SamplerConfig, window_buckets
 from tests import hf_reference
 
 PROMPTS = [[5, 6, 7, 8, 9], [10, 11, 12], list(range(20, 57)), [3]]

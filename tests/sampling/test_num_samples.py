@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
-from rlanything_jax import sharding
-from rlanything_jax.models import load_pretrained
-from rlanything_jax.sampling.sampler import Sampler
-from rlanything_jax.sampling.strategies import Sampling
+from rlanything_jax.core import sharding
+from rlanything_jax.core.models import load_pretrained
+from rlanything_jax.core.sampling.sampler import Sampler
+from rlanything_jax.core.sampling.strategies import Sampling
 from tests import hf_reference
 
 PROMPTS = [[5, 6, 7, 8, 9], [10, 11, 12], list(range(20, 57))]  # 3 prompts x 3 samples: 9 of 16 rows real

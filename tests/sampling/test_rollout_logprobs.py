@@ -19,11 +19,11 @@ import pytest
 import torch
 from flax import nnx
 
+from rlanything_jax.agents.envs.runner import EnvRunner
 from rlanything_jax.agents.rollout import RolloutConfig, play_episodes
-from rlanything_jax.envs.runner import EnvRunner
-from rlanything_jax.models import load_pretrained
-from rlanything_jax.rl.train_step import token_logprobs
-from rlanything_jax.sampling.sampler import Sampler, SamplerConfig
+from rlanything_jax.core.models import load_pretrained
+from rlanything_jax.core.rl.train_step import token_logprobs
+from rlanything_jax.core.sampling.sampler import Sampler, SamplerConfig
 from rlanything_jax.scenarios.text_games.reference import DialoguePrompts
 from tests import hf_reference
 from tests.envs.toy_envs import toy_task

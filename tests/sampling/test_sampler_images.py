@@ -9,9 +9,9 @@ import pytest
 import torch
 from flax import nnx
 
-from rlanything_jax.models import load_pretrained
-from rlanything_jax.models.qwen3_vl import processor
-from rlanything_jax.sampling.sampler import Sampler
+from rlanything_jax.core.models import load_pretrained
+from rlanything_jax.core.models.qwen3_vl import processor
+from rlanything_jax.core.sampling.sampler import Sampler
 from tests.models.qwen3_vl import vl_reference
 from tests.models.qwen3_vl.vl_reference import END, IMAGE, START
 

@@ -12,10 +12,10 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from rlanything_jax.models import load_pretrained
-from rlanything_jax.sampling.sampler import Sampler, SamplerConfig
-from rlanything_jax.sampling.slots import generate_in_slots, occupancy
-from rlanything_jax.sampling.strategies import make_strategy
+from rlanything_jax.core.models import load_pretrained
+from rlanything_jax.core.sampling.sampler import Sampler, SamplerConfig
+from rlanything_jax.core.sampling.slots import generate_in_slots, occupancy
+from rlanything_jax.core.sampling.strategies import make_strategy
 from tests import hf_reference
 
 STOPS = (0, 1, 2, 5, 9, 11)

@@ -2,8 +2,8 @@
 
 import pytest
 
-from rlanything_jax.models import load_pretrained
-from rlanything_jax.sampling.sampler import Sampler
+from rlanything_jax.core.models import load_pretrained
+from rlanything_jax.core.sampling.sampler import Sampler
 from tests import hf_reference
 
 

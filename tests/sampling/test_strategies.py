@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rlanything_jax.sampling.strategies import Greedy, Sampling, make_strategy
+from rlanything_jax.core.sampling.strategies import Greedy, Sampling, make_strategy
 
 VOCAB = 50
 
@@ -90,7 +90,7 @@ def test_make_strategy_and_validation():
 
 def test_large_vocabulary_sampling_follows_the_softmax():
     """Vocabularies over 4096 ids are sampled block first: the frequencies must still be softmax(logits)."""
-    from rlanything_jax.sampling.strategies import categorical
+    from rlanything_jax.core.sampling.strategies import categorical
 
     vocab, ids = 10_000, [3, 1500, 4096, 9999]
     logits = np.full(vocab, -5.0, np.float32)
@@ -112,7 +112,7 @@ def test_large_vocabulary_sampling_follows_the_softmax():
 @pytest.mark.parametrize("k", [1, 4])
 def test_top_candidates_over_a_large_vocabulary_are_lax_top_k(k):
     """Over 151,936 ids the k largest are found block first (4 x k x 1024 <= vocab); the same ids and values."""
-    from rlanything_jax.sampling.strategies import top_candidates
+    from rlanything_jax.core.sampling.strategies import top_candidates
 
     logits = jax.random.normal(jax.random.key(5), (6, 151_936)) * 2.0
     logits = logits.at[0, 151_935].set(50.0).at[1, :1024].set(30.0)   # the last, partial block; one full block
@@ -126,7 +126,7 @@ def test_top_candidates_over_a_large_vocabulary_are_lax_top_k(k):
 def test_top_p_alone_over_a_large_vocabulary_is_the_nucleus(peaked):
     """Top-p with no top-k over 20,000 ids: a peaked distribution takes the candidates' path, a flat one the
     bisection; both must sample inside the hand-computed nucleus and mark exactly it."""
-    from rlanything_jax.sampling.strategies import nucleus_mask
+    from rlanything_jax.core.sampling.strategies import nucleus_mask
 
     vocab, p = 20_000, 0.9
     logits = np.asarray(jax.random.normal(jax.random.key(6), (3, vocab)), np.float32) * 0.5

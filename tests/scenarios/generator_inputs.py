@@ -4,8 +4,8 @@ import json
 
 import numpy as np
 
+from rlanything_jax.agents.envs.base import Observation
 from rlanything_jax.agents.trajectory import Episode, JudgedEpisode, StepJudgments, StepRecord
-from rlanything_jax.envs.base import Observation
 from rlanything_jax.scenarios.alfworld import env as alfworld
 from rlanything_jax.scenarios.alfworld.knobs import GameKnobs
 

@@ -6,14 +6,14 @@ import pytest
 pytest.importorskip("alfworld")
 pytest.importorskip("textworld")
 
-from rlanything_jax.agents.trajectory import Episode, JudgedEpisode
-from rlanything_jax.curriculum.generators import (
+from rlanything_jax.agents.curriculum.generators import (
     Ask,
     EnvironmentModel,
     GeneratorChain,
     ProceduralGenerator,
     run_proposals,
 )
+from rlanything_jax.agents.trajectory import Episode, JudgedEpisode
 from rlanything_jax.scenarios.alfworld import env as alfworld
 from rlanything_jax.scenarios.alfworld.generators import GoalRewriteGenerator, procedural_maker
 from rlanything_jax.scenarios.alfworld.knobs import harder_knobs
@@ -42,8 +42,8 @@ class CountingSampler:
 
 @pytest.fixture(scope="module")
 def env_model(tmp_path_factory, qwen25_tokenizer):
-    from rlanything_jax.models import load_pretrained
-    from rlanything_jax.sampling.sampler import Sampler, SamplerConfig
+    from rlanything_jax.core.models import load_pretrained
+    from rlanything_jax.core.sampling.sampler import Sampler, SamplerConfig
     from tests import hf_reference
 
     path = tmp_path_factory.mktemp("env_model")

@@ -14,13 +14,13 @@ import pytest
 pytest.importorskip("alfworld")
 pytest.importorskip("textworld")
 
-from rlanything_jax.agents.scenario import GeneratorContext
-from rlanything_jax.agents.trajectory import Episode
-from rlanything_jax.curriculum.generators import (
+from rlanything_jax.agents.curriculum.generators import (
     ProceduralGenerator,
     derived_seed,
 )
-from rlanything_jax.envs.base import Task
+from rlanything_jax.agents.envs.base import Task
+from rlanything_jax.agents.scenario import GeneratorContext
+from rlanything_jax.agents.trajectory import Episode
 from rlanything_jax.scenarios import make_scenario
 from rlanything_jax.scenarios.alfworld import env as alfworld
 from rlanything_jax.scenarios.alfworld import gen

@@ -11,13 +11,13 @@ import dataclasses
 import re
 from pathlib import Path
 
-from rlanything_jax import validation
 from rlanything_jax.agents import demonstrations
+from rlanything_jax.agents.curriculum.generators import ProceduralGenerator
+from rlanything_jax.agents.envs.base import Observation, Task
 from rlanything_jax.agents.parsers import parse_judgment
 from rlanything_jax.agents.scenario import GeneratorContext, TaskCounts, TaskSets
 from rlanything_jax.agents.trajectory import Episode, ParsedAction, ParsedJudgment
-from rlanything_jax.curriculum.generators import ProceduralGenerator
-from rlanything_jax.envs.base import Observation, Task
+from rlanything_jax.core import validation
 from rlanything_jax.scenarios import register_scenario
 from tests.walk_scenario.env import ACTIONS, KIND, walk_task
 

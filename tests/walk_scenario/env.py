@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rlanything_jax.envs.base import Observation, StepResult, Task, register_env
+from rlanything_jax.agents.envs.base import Observation, StepResult, Task, register_env
 
 KIND = "walk"
 ACTIONS = ("left", "right", "stay")

@@ -13,10 +13,10 @@ import dataclasses
 import os
 from pathlib import Path
 
-from rlanything_jax import validation
+from rlanything_jax.agents.curriculum.generators import EnvironmentModel, GeneratorChain, ProceduralGenerator
+from rlanything_jax.agents.envs.base import Task
 from rlanything_jax.agents.scenario import GeneratorContext, TaskCounts, TaskSets
-from rlanything_jax.curriculum.generators import EnvironmentModel, GeneratorChain, ProceduralGenerator
-from rlanything_jax.envs.base import Task
+from rlanything_jax.core import validation
 from rlanything_jax.scenarios import register_scenario
 from rlanything_jax.scenarios.alfworld import env as alfworld_env
 from rlanything_jax.scenarios.alfworld import official

@@ -18,7 +18,7 @@ import random
 import shutil
 from typing import Any
 
-from rlanything_jax.envs.base import Observation, StepResult, Task, register_env
+from rlanything_jax.agents.envs.base import Observation, StepResult, Task, register_env
 from rlanything_jax.scenarios.alfworld import gen, official
 from rlanything_jax.scenarios.alfworld.engine import keep_argv, new_engine
 from rlanything_jax.scenarios.alfworld.expert import NoPlan, plan_commands

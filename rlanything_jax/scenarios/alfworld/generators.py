@@ -15,9 +15,7 @@ from collections import Counter
 from collections.abc import Generator, Sequence
 from pathlib import Path
 
-from rlanything_jax.agents.trajectory import JudgedEpisode
-from rlanything_jax.counts import Counts
-from rlanything_jax.curriculum.generators import (
+from rlanything_jax.agents.curriculum.generators import (
     Ask,
     EnvironmentModel,
     Proposal,
@@ -26,7 +24,9 @@ from rlanything_jax.curriculum.generators import (
     annotate,
     check_direction,
 )
-from rlanything_jax.envs.base import Task
+from rlanything_jax.agents.envs.base import Task
+from rlanything_jax.agents.trajectory import JudgedEpisode
+from rlanything_jax.core.counts import Counts
 from rlanything_jax.scenarios.alfworld import env as alfworld
 from rlanything_jax.scenarios.alfworld import goal_rewrite
 from rlanything_jax.scenarios.text_games.parsers import parse_failure_summary

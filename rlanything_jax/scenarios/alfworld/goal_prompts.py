@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from rlanything_jax.agents.chat_tokens import Message
+from rlanything_jax.agents.curriculum.adaptation import DIRECTIONS
 from rlanything_jax.agents.parsers import last_boxed
-from rlanything_jax.curriculum.adaptation import DIRECTIONS
 from rlanything_jax.scenarios.text_games.prompts import chat
 
 ALFWORLD_TASK_TYPES = (

@@ -18,8 +18,8 @@ from collections.abc import Collection, Sequence
 import numpy as np
 
 from rlanything_jax.agents.chat_tokens import Message
+from rlanything_jax.agents.envs.base import Task
 from rlanything_jax.agents.trajectory import JudgedEpisode
-from rlanything_jax.envs.base import Task
 from rlanything_jax.scenarios.alfworld import env as alfworld
 from rlanything_jax.scenarios.alfworld.goal_prompts import goal_rewrite_messages, parse_goal_types
 from rlanything_jax.scenarios.alfworld.pddl import known_type

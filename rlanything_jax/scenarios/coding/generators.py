@@ -8,9 +8,16 @@ import logging
 from collections import Counter
 from collections.abc import Sequence
 
+from rlanything_jax.agents.curriculum.generators import (
+    Ask,
+    EnvironmentModel,
+    Proposal,
+    Proposes,
+    annotate,
+    check_direction,
+)
+from rlanything_jax.agents.envs.base import Task
 from rlanything_jax.agents.trajectory import JudgedEpisode
-from rlanything_jax.curriculum.generators import Ask, EnvironmentModel, Proposal, Proposes, annotate, check_direction
-from rlanything_jax.envs.base import Task
 from rlanything_jax.scenarios.coding import problems
 
 log = logging.getLogger(__name__)

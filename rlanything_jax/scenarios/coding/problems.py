@@ -17,8 +17,8 @@ from collections import Counter
 from collections.abc import Collection, Sequence
 
 from rlanything_jax.agents.chat_tokens import Message
+from rlanything_jax.agents.envs.base import Task
 from rlanything_jax.agents.trajectory import Episode
-from rlanything_jax.envs.base import Task
 from rlanything_jax.scenarios.coding.env import (
     DEFAULT_TIME_LIMIT_S,
     PASSED,

@@ -12,7 +12,7 @@ import json
 from collections.abc import Sequence
 
 from rlanything_jax.agents.chat_tokens import Message
-from rlanything_jax.curriculum.adaptation import DIRECTIONS
+from rlanything_jax.agents.curriculum.adaptation import DIRECTIONS
 
 POLICY_SYSTEM = "You are a helpful assistant help user solve problems."
 _POLICY_INSTRUCTION = ("You need to think first then write python script. "

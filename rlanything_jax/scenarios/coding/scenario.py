@@ -14,9 +14,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from rlanything_jax.agents.chat_tokens import Message
+from rlanything_jax.agents.envs.base import Observation, Task
+from rlanything_jax.agents.reward_models.unit_tests import ParsedUnitTest
 from rlanything_jax.agents.trajectory import Episode, ParsedAction
-from rlanything_jax.envs.base import Observation, Task
-from rlanything_jax.reward_models.unit_tests import ParsedUnitTest
 from rlanything_jax.scenarios.coding import env as coding_env
 from rlanything_jax.scenarios.coding.parsers import parse_code_block, parse_unit_test
 from rlanything_jax.scenarios.coding.prompts import (

@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
+from rlanything_jax.agents.envs.base import Observation, Task
 from rlanything_jax.agents.trajectory import Episode, ParsedAction
-from rlanything_jax.envs.base import Observation, Task
-from rlanything_jax.models.image_sizes import smart_resize
+from rlanything_jax.core.models.image_sizes import smart_resize
 from rlanything_jax.scenarios.osworld.actions import DONE, FAIL, WAIT, parse_computer_use
 from rlanything_jax.scenarios.osworld.episodes import tool_call_text
 

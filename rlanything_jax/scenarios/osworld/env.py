@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from rlanything_jax.envs.base import Observation, StepResult, Task, register_env
+from rlanything_jax.agents.envs.base import Observation, StepResult, Task, register_env
 from rlanything_jax.scenarios.osworld.actions import CONTROL_ACTIONS, DONE, FAIL, WAIT
 from rlanything_jax.scenarios.osworld.client import OsWorldClient
 from rlanything_jax.scenarios.osworld.endpoint import EndpointClaim, split_endpoints

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from rlanything_jax.envs.base import Env, StepResult, Task
+from rlanything_jax.agents.envs.base import Env, StepResult, Task
 from rlanything_jax.scenarios.osworld.actions import DONE, parse_computer_use
 
 

@@ -10,7 +10,7 @@
 - a getter that raises FileNotFoundError scores 0.
 
 Metrics are OSWorld's own (`field_evaluators`, from the desktop-env package) where it is installed,
-else this project's (`metrics.py`); getters are this project's where it has one, else OSWorld's
+else this project's (`system/metrics.py`); getters are this project's where it has one, else OSWorld's
 through an adapter over the client. `metric_function` and `getter_function` say which runs (None:
 none, and `tasks.unsupported_parts` names it).
 

@@ -16,8 +16,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from rlanything_jax.agents.envs.base import Env, Task
 from rlanything_jax.agents.trajectory import Episode, ExpertStep, LabelledStep
-from rlanything_jax.envs.base import Env, Task
 from rlanything_jax.scenarios.osworld.actions import DONE, FAIL, WAIT, parse_computer_use
 from rlanything_jax.scenarios.osworld.env import DesktopEnvSettings
 from rlanything_jax.scenarios.osworld.episodes import tool_call_text

@@ -5,7 +5,7 @@
 they are; getters get an adapter (`FieldEnv`) with the attributes and controller methods they read of
 their `env` (OSWORLD.md §1), served by this project's client. So every task is scored by OSWorld's
 code wherever the package is installed; without it, only this project's own metrics and getters
-(`metrics.py`, `evaluator.py`) are available and `tasks.unsupported_parts` names the rest.
+(`system/metrics.py`, `evaluator.py`) are available and `tasks.unsupported_parts` names the rest.
 
 desktop-env pins old versions of our stack (torch, transformers), so it is installed without its
 dependencies beside the libraries its evaluators import (scripts/setup.sh). `easyocr` (torch models,

@@ -20,9 +20,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from rlanything_jax.agents.trajectory import JudgedEpisode
-from rlanything_jax.counts import Counts
-from rlanything_jax.curriculum.generators import (
+from rlanything_jax.agents.curriculum.generators import (
     Ask,
     EnvironmentModel,
     Proposal,
@@ -31,7 +29,9 @@ from rlanything_jax.curriculum.generators import (
     check_direction,
     finished,
 )
-from rlanything_jax.envs.base import Task
+from rlanything_jax.agents.envs.base import Task
+from rlanything_jax.agents.trajectory import JudgedEpisode
+from rlanything_jax.core.counts import Counts
 from rlanything_jax.scenarios.osworld.task_families import rewrite
 
 MAX_INSTRUCTION_CHARS = 1000   # "The instruction can NOT be too long"

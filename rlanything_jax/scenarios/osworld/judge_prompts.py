@@ -14,9 +14,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from rlanything_jax.agents.envs.base import Task
 from rlanything_jax.agents.parsers import as_text
 from rlanything_jax.agents.trajectory import Episode, ParsedJudgment
-from rlanything_jax.envs.base import Task
 from rlanything_jax.scenarios.osworld.agent_prompts import ScreenshotResizer, action_summary
 
 SYSTEM_PROMPT = ("You are an evaluator for the most recent step of a GUI agent.\n"

@@ -13,10 +13,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from rlanything_jax import validation
+from rlanything_jax.agents.curriculum.generators import EnvironmentModel, GeneratorChain
+from rlanything_jax.agents.envs.base import TASK_GROUP, Task
 from rlanything_jax.agents.scenario import GeneratorContext, TaskCounts, TaskSets
-from rlanything_jax.curriculum.generators import EnvironmentModel, GeneratorChain
-from rlanything_jax.envs.base import TASK_GROUP, Task
+from rlanything_jax.core import validation
+from rlanything_jax.core.validation import ConfigError
 from rlanything_jax.scenarios import register_scenario
 from rlanything_jax.scenarios.osworld import env as desktop_env
 from rlanything_jax.scenarios.osworld.agent_prompts import PAPER_MAX_PIXELS, DesktopAgentPrompts
@@ -28,7 +29,6 @@ from rlanything_jax.scenarios.osworld.judge_prompts import DesktopJudgePrompts
 from rlanything_jax.scenarios.osworld.task_families import FAMILIES
 from rlanything_jax.scenarios.osworld.task_lists import EXAMPLE_FOLDERS, interleave_domains, load_listed_tasks
 from rlanything_jax.scenarios.osworld.tasks import TaskFormatError, load_task_dir, task_from_json, unsupported_parts
-from rlanything_jax.validation import ConfigError
 
 NAME = "osworld"
 PROVIDERS = ("remote", "local")

@@ -25,10 +25,10 @@ import re
 from collections.abc import Sequence
 
 from rlanything_jax.agents.chat_tokens import Message
+from rlanything_jax.agents.envs.base import Observation, Task
 from rlanything_jax.agents.judging import step_context
 from rlanything_jax.agents.parsers import parse_judgment
 from rlanything_jax.agents.trajectory import Episode, ParsedAction, ParsedJudgment
-from rlanything_jax.envs.base import Observation, Task
 
 _BANNER = re.compile(r"^\s*-=.*?=-\s*", re.S)
 _GOAL = re.compile(r"Your task is to:\s*(.+?)\s*$", re.M)

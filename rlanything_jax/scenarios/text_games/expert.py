@@ -18,8 +18,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from rlanything_jax.agents import demonstrations
+from rlanything_jax.agents.envs.base import Env, Task
 from rlanything_jax.agents.trajectory import Episode, ExpertStep, LabelledStep
-from rlanything_jax.envs.base import Env, Task
 
 WALKTHROUGH, SEARCH = "walkthrough", "search"
 EXPERT_KINDS = (WALKTHROUGH, SEARCH)

@@ -23,9 +23,9 @@ from __future__ import annotations
 import dataclasses
 
 from rlanything_jax.agents.chat_tokens import Message
+from rlanything_jax.agents.envs.base import Observation, Task
 from rlanything_jax.agents.parsers import parse_judgment
 from rlanything_jax.agents.trajectory import Episode, ParsedAction, ParsedJudgment
-from rlanything_jax.envs.base import Observation, Task
 from rlanything_jax.scenarios.text_games import prompts
 from rlanything_jax.scenarios.text_games.parsers import parse_action_index
 

@@ -13,9 +13,9 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from rlanything_jax import validation
+from rlanything_jax.agents.envs.base import Task
 from rlanything_jax.agents.scenario import GeneratorContext, TaskCounts, TaskSets
-from rlanything_jax.envs.base import Task
+from rlanything_jax.core import validation
 from rlanything_jax.scenarios.text_games.compact import CompactChoicePrompts, CompactPrompts, NumberedChoicePrompts
 from rlanything_jax.scenarios.text_games.expert import EXPERT_KINDS, TextGameExpert
 from rlanything_jax.scenarios.text_games.reference import DialoguePrompts, ReferencePrompts

@@ -10,10 +10,10 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from rlanything_jax import validation
+from rlanything_jax.agents.curriculum.generators import ProceduralGenerator
+from rlanything_jax.agents.envs.base import Task
 from rlanything_jax.agents.scenario import GeneratorContext
-from rlanything_jax.curriculum.generators import ProceduralGenerator
-from rlanything_jax.envs.base import Task
+from rlanything_jax.core import validation
 from rlanything_jax.scenarios import register_scenario
 from rlanything_jax.scenarios.text_games.scenario import TextGameOptions, TextGameScenario
 

@@ -24,7 +24,7 @@ import textworld
 import textworld.generator
 from textworld.challenges import CHALLENGES
 
-from rlanything_jax.envs.base import Observation, StepResult, Task, register_env
+from rlanything_jax.agents.envs.base import Observation, StepResult, Task, register_env
 
 KINDS = ("coin_collector", "treasure_hunter", "custom")
 _CHALLENGE_NAMES = {"coin_collector": "tw-coin_collector", "treasure_hunter": "tw-treasure_hunter"}

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 from transformers import AutoTokenizer
 
-from rlanything_jax.models.qwen3_vl import processor
-from rlanything_jax.models.qwen_tokenizer_io import convert_qwen_tokenizer
+from rlanything_jax.core.models.qwen3_vl import processor
+from rlanything_jax.core.models.qwen_tokenizer_io import convert_qwen_tokenizer
 
 pytestmark = pytest.mark.slow   # converts the Qwen BPE (a few seconds)
 

@@ -6,8 +6,8 @@ import pytest
 import torch
 from flax import nnx
 
-from rlanything_jax.models import load_pretrained
-from rlanything_jax.models.qwen3_vl.model import Qwen3VL
+from rlanything_jax.core.models import load_pretrained
+from rlanything_jax.core.models.qwen3_vl.model import Qwen3VL
 from tests.models.qwen3_vl import vl_reference
 
 pytestmark = pytest.mark.slow   # each case builds, saves and runs a torch and a JAX model (several seconds)
@@ -60,7 +60,7 @@ def test_query_chunked_vision_attention_matches(models, monkeypatch):
     """Images larger than the query chunk (here 40 patches, so 256 patches make 7 query chunks, and 3 key
     chunks of 96, the last ones partial) take the chunked path; the features stay those of transformers' full
     attention."""
-    from rlanything_jax.models.qwen3_vl import vision
+    from rlanything_jax.core.models.qwen3_vl import vision
 
     torch_model, ours = models
     _, _, pixel_values, grid_thw = vl_reference.prompt_batch([2], seed=5)

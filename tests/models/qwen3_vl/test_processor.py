@@ -6,7 +6,7 @@ import torch
 from PIL import Image
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
-from rlanything_jax.models.qwen3_vl import processor
+from rlanything_jax.core.models.qwen3_vl import processor
 
 # (height, width): square, wide, tall, below the minimum pixels (upscaled), odd sizes that round.
 SIZES = {"square": (96, 96), "wide": (70, 190), "tall": (230, 61), "below-min": (20, 33), "odd": (301, 257)}
@@ -46,7 +46,7 @@ def test_several_images_and_rgba_equal_transformers(count):
 def test_smart_resize_equals_transformers_and_refuses_extreme_aspect_ratios():
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize
 
-    from rlanything_jax.models import image_sizes
+    from rlanything_jax.core.models import image_sizes
 
     assert image_sizes.smart_resize(1080, 1920) == (1088, 1920)   # a screenshot: 68 x 120 patches
     for height, width in [(1080, 1920), (10, 10), (5000, 4000), (33, 6000), (777, 91)]:

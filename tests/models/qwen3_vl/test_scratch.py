@@ -5,11 +5,11 @@ import pytest
 import torch
 from transformers import AutoTokenizer, Qwen3VLForConditionalGeneration
 
-from rlanything_jax.models import load_pretrained
-from rlanything_jax.models.qwen3_vl import processor
-from rlanything_jax.models.qwen3_vl.model import Qwen3VL
-from rlanything_jax.models.qwen3_vl.scratch import ScratchVisionArchitecture, build_scratch_vl_model_dir
-from rlanything_jax.models.scratch import ScratchArchitecture
+from rlanything_jax.core.models import load_pretrained
+from rlanything_jax.core.models.qwen3_vl import processor
+from rlanything_jax.core.models.qwen3_vl.model import Qwen3VL
+from rlanything_jax.core.models.qwen3_vl.scratch import ScratchVisionArchitecture, build_scratch_vl_model_dir
+from rlanything_jax.core.models.scratch import ScratchArchitecture
 from tests.models.qwen3_vl import vl_reference
 
 pytestmark = pytest.mark.slow   # trains a BPE, saves, and runs a torch and a JAX forward

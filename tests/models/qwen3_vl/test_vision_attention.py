@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
-from rlanything_jax.models.qwen3_vl.vision import image_attention, segment_attention
+from rlanything_jax.core.models.qwen3_vl.vision import image_attention, segment_attention
 
 
 def test_blocked_attention_and_its_gradients_equal_torch():

@@ -8,9 +8,9 @@ import pytest
 import torch
 from flax import nnx
 
-from rlanything_jax.models import load_pretrained
-from rlanything_jax.models.qwen3_vl import processor
-from rlanything_jax.models.qwen3_vl.patches import bucket_patches
+from rlanything_jax.core.models import load_pretrained
+from rlanything_jax.core.models.qwen3_vl import processor
+from rlanything_jax.core.models.qwen3_vl.patches import bucket_patches
 from tests.models.qwen3_vl import vl_reference
 
 pytestmark = pytest.mark.slow   # builds a torch and a JAX model and compiles the tower a few times

@@ -11,9 +11,9 @@ from flax import nnx
 from safetensors.numpy import load_file
 from transformers import Qwen3VLForConditionalGeneration
 
-from rlanything_jax import sharding
-from rlanything_jax.models import load_pretrained, save_pretrained
-from rlanything_jax.models.qwen3_vl.model import Qwen3VL
+from rlanything_jax.core import sharding
+from rlanything_jax.core.models import load_pretrained, save_pretrained
+from rlanything_jax.core.models.qwen3_vl.model import Qwen3VL
 from tests.models.qwen3_vl import vl_reference
 
 pytestmark = pytest.mark.slow   # builds torch and JAX models and compiles their forwards (several seconds each)

@@ -10,7 +10,7 @@ import torch
 from PIL import Image
 from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
 
-from rlanything_jax.models.qwen3_vl import processor
+from rlanything_jax.core.models.qwen3_vl import processor
 
 IMAGE, VIDEO, START, END = 500, 501, 502, 503
 VOCAB = 512
@@ -120,7 +120,7 @@ def reference_logits(model, input_ids, mask, pixel_values=None, grid_thw=None) -
 def screenshot_examples(eos: int = 7, sizes=((64, 96),)) -> list:
     """Train examples: two rows with one and two screenshots (sizes cycled from `sizes`), one text-only row;
     responses end with `eos`."""
-    from rlanything_jax.rl.data import Example
+    from rlanything_jax.core.rl.data import Example
 
     rng = np.random.default_rng(0)
     out, used = [], 0

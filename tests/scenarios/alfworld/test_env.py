@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("alfworld")
 pytest.importorskip("textworld")
 
-from rlanything_jax.envs.base import make_env
+from rlanything_jax.agents.envs.base import make_env
 from rlanything_jax.scenarios.alfworld import gen
 from rlanything_jax.scenarios.alfworld.engine import PLAIN_TEXTGEN_ENV
 from rlanything_jax.scenarios.alfworld.env import (
@@ -266,7 +266,7 @@ def test_textgen_speed_up_keeps_the_text_identical(games_dir):
     tasks = [make_task(21, t, PRESETS["hidden"], games_dir) for t in ("pick_two_obj_and_place", "look_at_obj_in_light")]
     script = (
         "import json, sys\n"
-        "from rlanything_jax.envs.base import Task\n"
+        "from rlanything_jax.agents.envs.base import Task\n"
         "from rlanything_jax.scenarios.alfworld.env import AlfworldEnv, expert_actions\n"
         "env, out = AlfworldEnv(), []\n"
         "for t in json.loads(sys.stdin.read()):\n"

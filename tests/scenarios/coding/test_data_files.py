@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from rlanything_jax import assemble
-from rlanything_jax.config import load_config
+from rlanything_jax.core.validation import ConfigError
 from rlanything_jax.scenarios.coding import env as coding
-from rlanything_jax.validation import ConfigError
+from rlanything_jax.system import assemble
+from rlanything_jax.system.config import load_config
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -4,10 +4,10 @@ programs do not, and the coding scenario builds disjoint training, held-out and 
 import pytest
 
 from rlanything_jax.agents.scenario import TaskCounts
+from rlanything_jax.core.validation import ConfigError
 from rlanything_jax.scenarios import make_scenario
 from rlanything_jax.scenarios.coding import CodingOptions, easy_problems
 from rlanything_jax.scenarios.coding import env as coding
-from rlanything_jax.validation import ConfigError
 
 pytestmark = pytest.mark.filterwarnings("ignore:UNTRUSTED CODE SANDBOX IS WEAK:RuntimeWarning")
 

@@ -6,8 +6,8 @@ import json
 import numpy as np
 import pytest
 
-from rlanything_jax.envs import sandbox
-from rlanything_jax.envs.base import Task, make_env
+from rlanything_jax.agents.envs import sandbox
+from rlanything_jax.agents.envs.base import Task, make_env
 from rlanything_jax.scenarios.coding import env as coding
 
 pytestmark = pytest.mark.filterwarnings("ignore:UNTRUSTED CODE SANDBOX IS WEAK:RuntimeWarning")

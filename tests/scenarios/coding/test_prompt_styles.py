@@ -6,15 +6,15 @@ import re
 import jinja2
 import pytest
 
-from rlanything_jax.envs.base import Observation
-from rlanything_jax.models.scratch import CHATML_TEMPLATE
-from rlanything_jax.reward_models.unit_test_writing import ground_truth_test_examples
+from rlanything_jax.agents.envs.base import Observation
+from rlanything_jax.agents.reward_models.unit_test_writing import ground_truth_test_examples
+from rlanything_jax.core.models.scratch import CHATML_TEMPLATE
+from rlanything_jax.core.validation import ConfigError
 from rlanything_jax.scenarios import make_scenario
 from rlanything_jax.scenarios.coding import CodingOptions, easy_problems
 from rlanything_jax.scenarios.coding import env as coding
 from rlanything_jax.scenarios.coding.parsers import parse_code_block
 from rlanything_jax.scenarios.coding.scenario import CodingPrompts, CompactCodingPrompts
-from rlanything_jax.validation import ConfigError
 
 pytestmark = pytest.mark.filterwarnings("ignore:UNTRUSTED CODE SANDBOX IS WEAK:RuntimeWarning")
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from rlanything_jax.envs.runner import EnvError, EnvRunner
+from rlanything_jax.agents.envs.runner import EnvError, EnvRunner
 from rlanything_jax.scenarios.osworld.actions import parse_computer_use
 from rlanything_jax.scenarios.osworld.env import DesktopEnvSettings, OsWorldEnv, make_env_task
 from rlanything_jax.scenarios.osworld.tasks import task_from_json

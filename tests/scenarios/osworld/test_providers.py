@@ -6,12 +6,12 @@ import time
 
 import pytest
 
-from rlanything_jax.envs.runner import EnvError, EnvRunner
+from rlanything_jax.agents.envs.runner import EnvError, EnvRunner
+from rlanything_jax.core.validation import ConfigError
 from rlanything_jax.scenarios import make_scenario, scenario_options
 from rlanything_jax.scenarios.osworld.env import DesktopEnvSettings, make_env_task
 from rlanything_jax.scenarios.osworld.providers import CommandReset, DesktopResetFailed, reset_command_line
 from rlanything_jax.scenarios.osworld.tasks import task_from_json
-from rlanything_jax.validation import ConfigError
 
 TASK = {"id": "t", "instruction": "Do nothing.", "evaluator": {"func": "infeasible"}}
 

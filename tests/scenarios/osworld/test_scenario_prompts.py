@@ -5,9 +5,9 @@ import json
 
 import numpy as np
 
+from rlanything_jax.agents.envs.base import Observation, Task
 from rlanything_jax.agents.prompt_tokens import IMAGE_PLACEHOLDER, message_images, text_only
 from rlanything_jax.agents.trajectory import Episode, StepRecord
-from rlanything_jax.envs.base import Observation, Task
 from rlanything_jax.scenarios.osworld.agent_prompts import SYSTEM_PROMPT
 from rlanything_jax.scenarios.osworld.scenario import DesktopPrompts
 

@@ -8,13 +8,14 @@ import jax
 import numpy as np
 import pytest
 
-from rlanything_jax import sft, warm_start
+from rlanything_jax.agents import sft
+from rlanything_jax.agents.curriculum.task_pool import Candidate, propose
+from rlanything_jax.agents.envs.base import Observation
 from rlanything_jax.agents.trajectory import ExpertStep, LabelledStep
-from rlanything_jax.config import load_config
-from rlanything_jax.curriculum.task_pool import Candidate, propose
-from rlanything_jax.envs.base import Observation
-from rlanything_jax.loop import rl_step
-from rlanything_jax.run import build_system
+from rlanything_jax.system import warm_start
+from rlanything_jax.system.config import load_config
+from rlanything_jax.system.loop import rl_step
+from rlanything_jax.system.run import build_system
 from tests.scenarios.osworld.conftest import require_desktop_packages
 
 pytestmark = pytest.mark.slow

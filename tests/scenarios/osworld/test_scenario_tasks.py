@@ -4,8 +4,8 @@ endpoint lists checked when the config is read (no desktop needed)."""
 import pytest
 
 from rlanything_jax.agents.scenario import TaskCounts
+from rlanything_jax.core.validation import ConfigError
 from rlanything_jax.scenarios import make_scenario, scenario_options
-from rlanything_jax.validation import ConfigError
 
 
 def _family(task) -> str:

@@ -6,15 +6,15 @@ import json
 
 import pytest
 
-from rlanything_jax import assemble
+from rlanything_jax.agents.envs.base import TASK_GROUP
 from rlanything_jax.agents.scenario import TaskCounts
-from rlanything_jax.config import load_config
-from rlanything_jax.envs.base import TASK_GROUP
+from rlanything_jax.core.validation import ConfigError
 from rlanything_jax.scenarios import make_scenario, scenario_options
 from rlanything_jax.scenarios.osworld.field_evaluators import field_evaluators
 from rlanything_jax.scenarios.osworld.task_lists import load_listed_tasks, read_task_list
 from rlanything_jax.scenarios.osworld.tasks import TaskFormatError
-from rlanything_jax.validation import ConfigError
+from rlanything_jax.system import assemble
+from rlanything_jax.system.config import load_config
 from tests.scenarios.osworld.official_layout import (
     INFEASIBLE_ID,
     MISSING_ID,

@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
-from rlanything_jax import sft
+from rlanything_jax.agents import sft
 from rlanything_jax.agents.demonstrations import play_expert
+from rlanything_jax.agents.envs.base import Observation, make_env
 from rlanything_jax.agents.trajectory import Episode
-from rlanything_jax.envs.base import Observation, make_env
 from rlanything_jax.scenarios.alfworld import env as alfworld
 from rlanything_jax.scenarios.alfworld.knobs import GameKnobs
 from rlanything_jax.scenarios.text_games import expert as text_expert

@@ -10,7 +10,7 @@ import sys
 import pytest
 import textworld.generator
 
-from rlanything_jax.envs.base import Observation, StepResult, make_env
+from rlanything_jax.agents.envs.base import Observation, StepResult, make_env
 from rlanything_jax.scenarios.textworld.env import (
     TextWorldEnv,
     TextWorldKnobs,
