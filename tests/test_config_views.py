@@ -10,6 +10,7 @@ import pytest
 from rlanything_jax.agents.examples import SignalConfig
 from rlanything_jax.agents.judging import JudgeConfig
 from rlanything_jax.agents.rollout_config import RolloutConfig
+from rlanything_jax.agents.scenario import GeneratorContext
 from rlanything_jax.core.rl.train_config import TrainConfig
 from rlanything_jax.system import assemble
 from rlanything_jax.system.config import Ablation, load_config
@@ -21,7 +22,8 @@ ROOT = Path(__file__).resolve().parent.parent
 # Each record and the config sections its keys come from.
 SOURCES = [(RolloutConfig, RolloutSection), (JudgeConfig, RewardConfig), (SignalConfig, RewardConfig),
            (SignalConfig, TrainSection), (LoopSettings, RolloutSection), (LoopSettings, CurriculumConfig),
-           (LoopSettings, TrainSection), (LoopSettings, Ablation), (LoopSettings, TrainConfig)]
+           (LoopSettings, TrainSection), (LoopSettings, Ablation), (LoopSettings, TrainConfig),
+           (GeneratorContext, CurriculumConfig)]
 
 
 def _default(field: dataclasses.Field):

@@ -12,12 +12,12 @@ prefilled into it (`Sampler.join`) while the other rows keep their caches.
 from __future__ import annotations
 
 import dataclasses
-from collections import Counter
 
 from rlanything_jax.agents.envs.base import Observation, Task
 from rlanything_jax.agents.prompt_tokens import ImageCache
 from rlanything_jax.agents.rollout_config import RolloutConfig
 from rlanything_jax.agents.trajectory import Episode, StepRecord
+from rlanything_jax.core.counts import Counts
 from rlanything_jax.core.sampling.sampler import Conversation, Sampler, bucket_length
 from rlanything_jax.core.seeds import derive_seed
 
@@ -40,21 +40,21 @@ class LiveEpisode:
     joining: bool = False          # given a freed row of the conversation; its prompt is prefilled into it
     image_cache: ImageCache = dataclasses.field(default_factory=ImageCache)
 
-    def take_prompt(self, prompt, metrics: Counter) -> None:
-        """Sets what to append before the next decode from `agents.prompt_tokens.next_prompt`."""
+    def take_prompt(self, prompt) -> bool:
+        """Sets what to append before the next decode from `agents.prompt_tokens.next_prompt`; True when the
+        prompt does not extend the history (the row is prefilled again)."""
         if prompt.delta is None:
             self.history, self.images, self.reprefill = [], [], True
             self.pending, self.pending_images = list(prompt.tokens), list(prompt.images)
-            metrics["rollout/reprefilled_rows"] += 1
-        else:
-            self.pending, self.pending_images = list(prompt.delta), list(prompt.delta_images)
+            return True
+        self.pending, self.pending_images = list(prompt.delta), list(prompt.delta_images)
+        return False
 
     def so_far(self) -> Episode:
         return Episode(task=self.task, group_index=self.group_index, steps=tuple(self.steps))
 
-    def end(self, reason: str, metrics: Counter, won: bool = False, error: str | None = None,
+    def end(self, reason: str, won: bool = False, error: str | None = None,
             graded_outcome: float | None = None) -> Episode:
-        metrics[f"episodes/{reason}"] += 1
         return Episode(task=self.task, group_index=self.group_index, steps=tuple(self.steps), won=won,
                        end_reason=reason, env_error=error, graded_outcome=graded_outcome)
 
@@ -67,19 +67,19 @@ def fits(slot: LiveEpisode, config: RolloutConfig, policy: Sampler) -> bool:
 
 
 def ensure_room(policy: Sampler, conversation: Conversation | None, live: list[LiveEpisode],
-                 config: RolloutConfig, metrics: Counter) -> Conversation:
-    """Keeps the shared conversation if it can take this turn; else re-prefills the live rows."""
+                config: RolloutConfig) -> tuple[Conversation, Counts]:
+    """Keeps the shared conversation if it can take this turn; else re-prefills the live rows. With what it
+    did: `rollout/reprefills`, `repacks`, `joined_rows`, `compactions`."""
     reprefill = any(s.reprefill for s in live)   # one row's cache cannot be rewound alone: prefill them all
-    if reprefill:
-        metrics["rollout/reprefills"] += 1
-    elif conversation is not None:
+    counts = {"rollout/reprefills": 1} if reprefill else {}
+    if not reprefill and conversation is not None:
         if _worth_repacking(conversation, live, config):
-            conversation = _repack(policy, conversation, live, config, metrics)
+            conversation = _repack(policy, conversation, live, config)
+            counts["rollout/repacks"] = 1
         if _room_for_turn(conversation, live, config):
-            metrics["rollout/joined_rows"] += _place_joining(conversation, live)
-            return conversation
+            return conversation, {**counts, "rollout/joined_rows": _place_joining(conversation, live)}
     # Compaction: a fresh conversation holding only the live rows' histories, prefilled again.
-    metrics["rollout/compactions"] += conversation is not None and not reprefill
+    counts["rollout/compactions"] = int(conversation is not None and not reprefill)
     prompts, images = [], []
     for row, slot in enumerate(live):
         slot.row = row
@@ -88,7 +88,7 @@ def ensure_room(policy: Sampler, conversation: Conversation | None, live: list[L
         slot.history, slot.images = prompts[-1], images[-1]
         slot.pending, slot.pending_images, slot.reprefill = [], [], False
     return policy.start(prompts, config.max_new_tokens, cache_length=_cache_length(live, config, policy),
-                        images=images if any(images) else None)
+                        images=images if any(images) else None), counts
 
 
 def _cache_length(live: list[LiveEpisode], config: RolloutConfig, policy: Sampler) -> int:
@@ -123,8 +123,8 @@ def _worth_repacking(conversation: Conversation, live: list[LiveEpisode], config
             or not _room_for_turn(conversation, live, config))
 
 
-def _repack(policy: Sampler, conversation: Conversation, live: list[LiveEpisode], config: RolloutConfig,
-            metrics: Counter) -> Conversation:
+def _repack(policy: Sampler, conversation: Conversation, live: list[LiveEpisode],
+            config: RolloutConfig) -> Conversation:
     """The continuing rows, their caches moved to the front of a right-sized cache (`Sampler.repack`: no
     prefill), with empty rows for the joining episodes."""
     continuing = [s for s in live if s.row >= 0]
@@ -132,7 +132,6 @@ def _repack(policy: Sampler, conversation: Conversation, live: list[LiveEpisode]
     repacked = policy.repack(conversation, rows, _cache_length(live, config, policy))
     for row, slot in enumerate(continuing):
         slot.row = row
-    metrics["rollout/repacks"] += 1
     return repacked
 
 

@@ -98,7 +98,8 @@ class _Play:
         return out
 
     def end(self, slot: LiveEpisode, reason: str, **outcome) -> None:
-        self.finished[slot.runner_id] = slot.end(reason, self.metrics, **outcome)
+        self.metrics[f"episodes/{reason}"] += 1
+        self.finished[slot.runner_id] = slot.end(reason, **outcome)
         self.runner.close_episode(slot.runner_id)   # its environment (a desktop, a sandbox) goes at once
 
 
@@ -132,7 +133,8 @@ def play_episodes(policy: Sampler, runner: Runner, prompts: PolicyPrompts, tasks
             _admit(play, cohort, queue, group)
             if not cohort.live:
                 continue
-            cohort.conversation = ensure_room(policy, cohort.conversation, cohort.live, config, metrics)
+            cohort.conversation, room_counts = ensure_room(policy, cohort.conversation, cohort.live, config)
+            metrics.update(room_counts)
             metrics["rollout/slot_turns"] += cohort.capacity
             metrics["rollout/busy_slot_turns"] += len(cohort.live)
             started = time.perf_counter()
@@ -199,9 +201,10 @@ def _take_results(play: _Play, cohort: _Cohort, turn: int) -> None:
             continue
         slot.observation = result.observation
         stop_text = play.stop_texts.get(completion.token_ids[-1], "") if completion.token_ids else ""
-        slot.take_prompt(next_prompt(tokenizer, play.prompts, slot.task, slot.so_far(), result.observation,
-                                     slot.history, slot.images, completion.finish_reason, stop_text,
-                                     slot.image_cache, play.policy.image_inputs), play.metrics)
+        if slot.take_prompt(next_prompt(tokenizer, play.prompts, slot.task, slot.so_far(), result.observation,
+                                        slot.history, slot.images, completion.finish_reason, stop_text,
+                                        slot.image_cache, play.policy.image_inputs)):
+            play.metrics["rollout/reprefilled_rows"] += 1
         still_live.append(slot)
     cohort.live = still_live
 
@@ -222,9 +225,10 @@ def _admit(play: _Play, cohort: _Cohort, queue: deque, group: int) -> None:
                     play.end(slot, "env_error", error=str(getattr(obs, "reason", obs)))
                     continue
                 slot.observation = obs
-                slot.take_prompt(next_prompt(play.policy.tokenizer, play.prompts, slot.task, slot.so_far(), obs,
-                                             [], [], cache=slot.image_cache,
-                                             image_inputs=play.policy.image_inputs), play.metrics)
+                if slot.take_prompt(next_prompt(play.policy.tokenizer, play.prompts, slot.task, slot.so_far(),
+                                                obs, [], [], cache=slot.image_cache,
+                                                image_inputs=play.policy.image_inputs)):
+                    play.metrics["rollout/reprefilled_rows"] += 1
                 cohort.live.append(slot)
             cohort.starting = None
         fitting = []

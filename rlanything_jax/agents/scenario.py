@@ -99,12 +99,12 @@ class TaskSets:
 class GeneratorContext:
     """What a scenario's task generator may use (ALGORITHM.md 4.3)."""
 
-    kind: str                      # "procedural" (no model) or "env_model" (the frozen environment LLM)
+    generator: str                 # curriculum.generator: "procedural" (no model) or "env_model" (the environment LLM)
     out_dir: Path                  # where generated tasks' files go
     environment_sampler: Any = None  # sampling.Sampler of the environment model ("env_model")
-    candidates_per_task: int = 8
+    candidates_per_task: int = 8   # the curriculum section's keys, under the same names and defaults
     temperature: float = 0.8
-    max_new_tokens: int = 4096
+    max_new_tokens: int = 8192
     seed: int = 0
     continuous_batching: bool = True   # the environment model refills its rows across tasks' rewrites
 

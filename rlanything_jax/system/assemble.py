@@ -224,10 +224,7 @@ def eval_tasks_per_call(cfg: RunConfig) -> int:
 
 
 def task_generator(cfg: RunConfig, scenario: Scenario, workdir: Path, environment_sampler: Sampler | None):
-    context = GeneratorContext(kind=cfg.curriculum.generator, out_dir=workdir / "games" / "candidates",
-                               environment_sampler=environment_sampler,
-                               candidates_per_task=cfg.curriculum.candidates_per_task,
-                               temperature=cfg.curriculum.temperature, max_new_tokens=cfg.curriculum.max_new_tokens,
-                               seed=derive_seed(cfg.seed, "environment_model"),
-                               continuous_batching=cfg.rollout.refills_rows())
+    context = view(GeneratorContext, cfg.curriculum, out_dir=workdir / "games" / "candidates",
+                   environment_sampler=environment_sampler, seed=derive_seed(cfg.seed, "environment_model"),
+                   continuous_batching=cfg.rollout.refills_rows())
     return scenario.task_generator(context)

@@ -87,7 +87,7 @@ class AlfworldScenario(TextGameScenario):
 
     def task_generator(self, context: GeneratorContext):
         procedural = ProceduralGenerator(procedural_maker(context.out_dir))
-        if context.kind == "procedural" or context.environment_sampler is None:
+        if context.generator == "procedural" or context.environment_sampler is None:
             return procedural
         model = EnvironmentModel.from_context(context)
         return GeneratorChain([GoalRewriteGenerator(model, context.out_dir, num_tries=context.candidates_per_task,

@@ -137,7 +137,7 @@ class CodingScenario:
         return tasks[seed % len(tasks)]
 
     def task_generator(self, context: GeneratorContext):
-        if context.kind != "env_model" or context.environment_sampler is None:
+        if context.generator != "env_model" or context.environment_sampler is None:
             return None  # coding problems have no difficulty knobs
         model = EnvironmentModel.from_context(context)
         return ProblemRewriteGenerator(model, max_new_tokens=context.max_new_tokens,

@@ -239,7 +239,7 @@ class OsWorldScenario:
 
     def task_generator(self, context: GeneratorContext) -> Any:
         knobs = KnobGenerator(self.make_task)
-        if context.kind == "procedural" or context.environment_sampler is None:
+        if context.generator == "procedural" or context.environment_sampler is None:
             return knobs
         model = EnvironmentModel.from_context(context)
         rewrite = EvaluatorRewriteGenerator(model, self.make_task, num_samples=context.candidates_per_task,
