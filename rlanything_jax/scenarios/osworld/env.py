@@ -28,7 +28,7 @@ from rlanything_jax.scenarios.osworld.client import OsWorldClient
 from rlanything_jax.scenarios.osworld.endpoint import EndpointClaim, split_endpoints
 from rlanything_jax.scenarios.osworld.evaluator import evaluate
 from rlanything_jax.scenarios.osworld.local_desktop import DEFAULT_RUNTIME_ROOT, DesktopOptions, LocalDesktop
-from rlanything_jax.scenarios.osworld.providers import CommandReset, DesktopResetFailed
+from rlanything_jax.scenarios.osworld.providers import CommandReset, DesktopResetFailed, DockerVm
 from rlanything_jax.scenarios.osworld.setup_steps import SetupContext, run_setup
 from rlanything_jax.scenarios.osworld.tasks import OsWorldTask, task_from_json
 
@@ -53,6 +53,8 @@ class DesktopEnvSettings:
     reset_command: str = ""
     reset_wait_s: float = 60.0
     evaluate_wait_s: float = 20.0
+    # OSWorld's VM image for its Docker provider (`providers.DockerVm`): a fresh container every episode.
+    docker_vm_path: str = ""
 
     @classmethod
     def from_payload(cls, values: dict[str, Any] | None) -> DesktopEnvSettings:
@@ -78,6 +80,7 @@ class OsWorldEnv:
     def __init__(self) -> None:
         self._desktop: LocalDesktop | None = None
         self._claim: EndpointClaim | None = None
+        self._docker: DockerVm | None = None
         self._client: OsWorldClient | None = None
         self._task: OsWorldTask | None = None
         self._settings = DesktopEnvSettings()
@@ -96,6 +99,11 @@ class OsWorldEnv:
         return self._observe()
 
     def _fresh_client(self, settings: DesktopEnvSettings) -> OsWorldClient:
+        if settings.docker_vm_path:
+            if self._docker is None or self._docker.vm_path != settings.docker_vm_path:
+                self.close()
+                self._docker = DockerVm(settings.docker_vm_path, settings.reset_wait_s)
+            return OsWorldClient(self._docker.fresh_endpoint())
         if settings.endpoints:
             pool = split_endpoints(settings.endpoints)
             if self._claim is None or self._claim.pool != tuple(pool):
@@ -155,6 +163,9 @@ class OsWorldEnv:
         if self._claim is not None:
             self._claim.release()
             self._claim = None
+        if self._docker is not None:
+            self._docker.close()
+            self._docker = None
 
 
 register_env(ENV_KIND, OsWorldEnv)

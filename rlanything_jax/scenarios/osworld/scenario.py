@@ -31,7 +31,7 @@ from rlanything_jax.scenarios.osworld.task_lists import EXAMPLE_FOLDERS, interle
 from rlanything_jax.scenarios.osworld.tasks import TaskFormatError, load_task_dir, task_from_json, unsupported_parts
 
 NAME = "osworld"
-PROVIDERS = ("remote", "local")
+PROVIDERS = ("remote", "local", "docker")
 NEEDS_DESKTOPS = (
     "The OSWorld scenario needs desktops and model weights, and this config names no desktops to use. Provide "
     "(1) OSWorld VM servers, any provider that exposes OSWorld's server: "
@@ -53,7 +53,10 @@ NEEDS_RESET = (
 class OsWorldOptions:
     """The `tasks` section of an OSWorld config."""
 
-    provider: str = "remote"        # "remote": OSWorld VM servers at `endpoints`; "local": local desktop sessions
+    # "remote": OSWorld VM servers at `endpoints`; "local": local desktop sessions; "docker": OSWorld's Docker
+    # provider, a fresh container over `vm_path` (OSWorld's Ubuntu.qcow2) for every episode (`providers.DockerVm`)
+    provider: str = "remote"
+    vm_path: str = ""
     endpoints: str = ""             # comma-separated host:port of OSWorld servers
     task_dir: str = ""              # OSWorld task JSON (train/ and heldout/ below it, or one folder); "": bundled
     # OSWorld's task lists in task_dir (`task_lists`): {domain: [id, ...]} files such as train_nochrome.json or
@@ -119,12 +122,13 @@ class OsWorldOptions:
 
     def settings(self) -> desktop_env.DesktopEnvSettings:
         endpoints = ",".join(self.endpoint_list) if self.provider == "remote" else ""
+        docker_vm_path = str(Path(self.vm_path).expanduser().resolve()) if self.provider == "docker" else ""
         return desktop_env.DesktopEnvSettings(screen_width=self.screen_width, screen_height=self.screen_height,
                                               max_steps=self.max_steps, settle_s=self.settle_s,
                                               runtime_root=self.runtime_root, endpoints=endpoints,
                                               cache_root=self.cache_root,
                                               reset_command=self.reset_command, reset_wait_s=self.reset_wait_s,
-                                              evaluate_wait_s=self.evaluate_wait_s)
+                                              evaluate_wait_s=self.evaluate_wait_s, docker_vm_path=docker_vm_path)
 
 
 class DesktopPrompts(DesktopAgentPrompts, DesktopJudgePrompts):
@@ -159,6 +163,11 @@ class OsWorldScenario:
             raise ConfigError("tasks.endpoints", NEEDS_DESKTOPS, show_value=False)
         if options.provider == "remote" and not options.reset_command:
             raise ConfigError("tasks.reset_command", NEEDS_RESET, show_value=False)
+        if options.provider == "docker" and not Path(options.vm_path).expanduser().is_file():
+            raise ConfigError("tasks.vm_path", "provider=docker runs OSWorld's VM image in OSWorld's container: give "
+                              "the path of its Ubuntu.qcow2 (OSWorld's Docker provider downloads it to "
+                              "docker_vm_data/; Docker and the happysixd/osworld-docker image must be on this host)",
+                              options.vm_path)
         self.options = options
         self.prompts = DesktopPrompts(options.max_pixels, options.image_history)
         self.reward_prompts = self.prompts   # one object holds the policy's and the reward model's prompts

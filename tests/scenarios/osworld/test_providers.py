@@ -1,6 +1,7 @@
 """Desktops are clean before every episode: a VM endpoint is reverted by `tasks.reset_command` (then the
-reference's wait), and an episode whose revert fails, or that has no revert, is an environment error of
-that episode alone, with the reason; the run stops at start-up when VMs have no reset command."""
+reference's wait), a Docker desktop is a fresh container of OSWorld's image (OSWorld's own DockerProvider),
+and an episode whose revert fails, or that has no revert, is an environment error of that episode alone,
+with the reason; the run stops at start-up when VMs have no reset command or Docker no image."""
 
 import time
 
@@ -10,7 +11,7 @@ from rlanything_jax.agents.envs.runner import EnvError, EnvRunner
 from rlanything_jax.core.validation import ConfigError
 from rlanything_jax.scenarios import make_scenario, scenario_options
 from rlanything_jax.scenarios.osworld.env import DesktopEnvSettings, make_env_task
-from rlanything_jax.scenarios.osworld.providers import CommandReset, DesktopResetFailed, reset_command_line
+from rlanything_jax.scenarios.osworld.providers import CommandReset, DesktopResetFailed, DockerVm, reset_command_line
 from rlanything_jax.scenarios.osworld.tasks import task_from_json
 
 TASK = {"id": "t", "instruction": "Do nothing.", "evaluator": {"func": "infeasible"}}
@@ -54,3 +55,30 @@ def test_vm_runs_need_a_reset_command_at_start_up():
     settings = scenario.options.settings()
     assert (settings.reset_command, settings.reset_wait_s, settings.evaluate_wait_s) == ("true", 5, 1)
     assert DesktopEnvSettings().reset_wait_s == 60 and DesktopEnvSettings().evaluate_wait_s == 20   # the reference's
+
+
+def test_a_docker_desktop_that_cannot_start_fails_its_episode_with_the_docker_sdks_reason(tmp_path, monkeypatch):
+    """OSWorld's DockerProvider (desktop-env) and the Docker SDK, with no daemon at DOCKER_HOST: the reset names
+    the image and the SDK's error, in the env worker as in this process."""
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-daemon.sock")
+    image = tmp_path / "Ubuntu.qcow2"
+    image.write_bytes(b"")
+    with pytest.raises(DesktopResetFailed, match=r"Docker provider could not start .*Ubuntu.qcow2: DockerException"):
+        DockerVm(str(image), wait_s=0).fresh_endpoint()
+    settings = DesktopEnvSettings(docker_vm_path=str(image), reset_wait_s=0, runtime_root=str(tmp_path / "rt"))
+    with EnvRunner(num_workers=1, env_modules=("rlanything_jax.scenarios.osworld.env",), reset_timeout_s=60,
+                   step_timeout_s=60) as runner:
+        [observation] = runner.reset({0: make_env_task(task_from_json(TASK), settings)}).values()
+    assert isinstance(observation, EnvError) and "DesktopResetFailed" in observation.reason
+    assert "Ubuntu.qcow2: DockerException" in observation.reason
+
+
+def test_docker_runs_need_the_vm_image_at_start_up(tmp_path):
+    with pytest.raises(ConfigError, match="tasks.vm_path.*Ubuntu.qcow2"):
+        make_scenario("osworld", scenario_options("osworld", {"provider": "docker"}))
+    image = tmp_path / "Ubuntu.qcow2"
+    image.write_bytes(b"")
+    scenario = make_scenario("osworld", scenario_options("osworld", {"provider": "docker", "vm_path": str(image),
+                                                                     "reset_wait_s": 5}))
+    settings = scenario.options.settings()
+    assert (settings.docker_vm_path, settings.endpoints, settings.reset_wait_s) == (str(image), "", 5)
