@@ -40,7 +40,7 @@ from rlanything_jax.system.config_sections import (
     WarmStartConfig,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]   # the checkout: rlanything_jax/system/config.py
 DEFAULT_CONFIG = str(ROOT / "configs" / "default.py")
 
 
