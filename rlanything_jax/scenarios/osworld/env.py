@@ -54,7 +54,7 @@ class DesktopEnvSettings:
     reset_wait_s: float = 60.0
     evaluate_wait_s: float = 20.0
     # OSWorld's VM image for its Docker provider (`providers.DockerVm`): a fresh container every episode.
-    docker_vm_path: str = ""
+    vm_path: str = ""
 
     @classmethod
     def from_payload(cls, values: dict[str, Any] | None) -> DesktopEnvSettings:
@@ -99,10 +99,10 @@ class OsWorldEnv:
         return self._observe()
 
     def _fresh_client(self, settings: DesktopEnvSettings) -> OsWorldClient:
-        if settings.docker_vm_path:
-            if self._docker is None or self._docker.vm_path != settings.docker_vm_path:
+        if settings.vm_path:
+            if self._docker is None or self._docker.vm_path != settings.vm_path:
                 self.close()
-                self._docker = DockerVm(settings.docker_vm_path, settings.reset_wait_s)
+                self._docker = DockerVm(settings.vm_path, settings.reset_wait_s)
             return OsWorldClient(self._docker.fresh_endpoint())
         if settings.endpoints:
             pool = split_endpoints(settings.endpoints)

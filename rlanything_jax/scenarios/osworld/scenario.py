@@ -122,13 +122,13 @@ class OsWorldOptions:
 
     def settings(self) -> desktop_env.DesktopEnvSettings:
         endpoints = ",".join(self.endpoint_list) if self.provider == "remote" else ""
-        docker_vm_path = str(Path(self.vm_path).expanduser().resolve()) if self.provider == "docker" else ""
+        vm_path = str(Path(self.vm_path).expanduser().resolve()) if self.provider == "docker" else ""
         return desktop_env.DesktopEnvSettings(screen_width=self.screen_width, screen_height=self.screen_height,
                                               max_steps=self.max_steps, settle_s=self.settle_s,
                                               runtime_root=self.runtime_root, endpoints=endpoints,
                                               cache_root=self.cache_root,
                                               reset_command=self.reset_command, reset_wait_s=self.reset_wait_s,
-                                              evaluate_wait_s=self.evaluate_wait_s, docker_vm_path=docker_vm_path)
+                                              evaluate_wait_s=self.evaluate_wait_s, vm_path=vm_path)
 
 
 class DesktopPrompts(DesktopAgentPrompts, DesktopJudgePrompts):

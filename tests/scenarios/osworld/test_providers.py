@@ -65,7 +65,7 @@ def test_a_docker_desktop_that_cannot_start_fails_its_episode_with_the_docker_sd
     image.write_bytes(b"")
     with pytest.raises(DesktopResetFailed, match=r"Docker provider could not start .*Ubuntu.qcow2: DockerException"):
         DockerVm(str(image), wait_s=0).fresh_endpoint()
-    settings = DesktopEnvSettings(docker_vm_path=str(image), reset_wait_s=0, runtime_root=str(tmp_path / "rt"))
+    settings = DesktopEnvSettings(vm_path=str(image), reset_wait_s=0, runtime_root=str(tmp_path / "rt"))
     with EnvRunner(num_workers=1, env_modules=("rlanything_jax.scenarios.osworld.env",), reset_timeout_s=60,
                    step_timeout_s=60) as runner:
         [observation] = runner.reset({0: make_env_task(task_from_json(TASK), settings)}).values()
@@ -81,4 +81,4 @@ def test_docker_runs_need_the_vm_image_at_start_up(tmp_path):
     scenario = make_scenario("osworld", scenario_options("osworld", {"provider": "docker", "vm_path": str(image),
                                                                      "reset_wait_s": 5}))
     settings = scenario.options.settings()
-    assert (settings.docker_vm_path, settings.endpoints, settings.reset_wait_s) == (str(image), "", 5)
+    assert (settings.vm_path, settings.endpoints, settings.reset_wait_s) == (str(image), "", 5)
