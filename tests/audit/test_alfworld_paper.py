@@ -30,8 +30,9 @@ from rlanything_jax.system.config import load_config
 from rlanything_jax.system.loop import Services, SystemState, rl_step
 from tests.audit.stand_ins import stand_in_model_dir
 
-pytestmark = pytest.mark.slow   # about a minute on 2 CPU cores
+pytestmark = pytest.mark.slow   # about three minutes on 2 CPU cores
 
+LONGEST_GAMES = 2   # the 7- and 8-step plans of the six task types
 RESPONSE_TOKENS = 163   # a Qwen2.5-7B-Instruct answer's typical length on these games (issue 29)
 
 
@@ -78,8 +79,10 @@ def test_the_paper_configs_first_step_holds_and_trains_on_every_expert_step(tmp_
     cfg = load_config("configs/alfworld.py:paper", [
         f"workdir={tmp_path}", *(f"model.{role}.{key}={value}" for role in ("policy", "reward") for key, value in
                                  (("path", model_dir), ("dtype", "float32"), ("compute_dtype", "float32"))),
-        # one game of each of the six task types (the last one's plan has 8 steps), each played twice
-        "env.num_train_tasks=6", "env.num_eval_tasks=0", "rollout.tasks_per_step=6", "rollout.group_size=2",
+        # one game of each of the six task types (the last one's plan has 8 steps); the two longest are played
+        # twice each (the step's cost is its tokens: every game more adds about a minute on 2 CPU cores)
+        "env.num_train_tasks=6", "env.num_eval_tasks=0", f"rollout.tasks_per_step={LONGEST_GAMES}",
+        "rollout.group_size=2",
         # lengths do not depend on sampling; top-p over a 151,936-token vocabulary costs minutes on a CPU
         "rollout.temperature=0.0", "reward.top_p=1.0",
         # every rollout wins (the expert plays): the accuracy bands are opened so that the step trains at all
@@ -88,7 +91,8 @@ def test_the_paper_configs_first_step_holds_and_trains_on_every_expert_step(tmp_
     scenario = assemble.build_scenario(cfg)
     tasks = assemble.build_tasks(cfg, scenario, tmp_path / "games")
     plans = {task.task_id: alfworld_env.expert_actions(task) for task in tasks.train}
-    assert max(len(plan) for plan in plans.values()) >= 8
+    longest_games = sorted(tasks.train, key=lambda task: len(plans[task.task_id]))[-LONGEST_GAMES:]
+    assert [len(plans[task.task_id]) for task in longest_games] == [7, 8]
 
     samplers, learners = {}, {}
     for role in ("policy", "reward"):
@@ -115,12 +119,12 @@ def test_the_paper_configs_first_step_holds_and_trains_on_every_expert_step(tmp_
                         log=lambda _: None)
     state = SystemState(step=0, policy=learners["policy"].fresh_state(samplers["policy"].params),
                         reward=learners["reward"].fresh_state(samplers["reward"].params),
-                        pool=TaskPool.from_tasks(tasks.train))
+                        pool=TaskPool.from_tasks(longest_games))
     _, metrics = rl_step(state, services, dataclasses.replace(settings, adapt_environment=False))
 
     # Every expert plan fits, at the paper's 2000-token answers too.
     episodes = recorder.episodes
-    assert len(episodes) == 12 and metrics.get("episodes/context_full", 0) == 0
+    assert len(episodes) == 2 * LONGEST_GAMES and metrics.get("episodes/context_full", 0) == 0
     assert all(e.won and len(e.steps) == len(plans[e.task.task_id]) for e in episodes)
     for episode in episodes:
         for step in episode.steps:

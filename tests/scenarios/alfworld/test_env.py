@@ -71,7 +71,7 @@ def test_expert_wins_generated_games(task_type, env, games_dir):
 @pytest.mark.parametrize("task_type", gen.TASK_TYPES)
 def test_expert_wins_many_seeds(task_type, env, games_dir):
     knobs = GameKnobs()
-    for seed in range(10):
+    for seed in range(5):
         for k in (knobs, harder_knobs(harder_knobs(knobs)), PRESETS["hard"]):
             task = make_task(100 + seed, task_type, k, games_dir)
             assert expert_trajectory(task, env).won, task.task_id
