@@ -54,8 +54,13 @@ def download_urls(task_json: dict) -> dict[str, str]:
 def wait_window(client, title: str, timeout_s: float = 90.0) -> None:
     """Until a window whose title contains `title` is on the screen (the application really started)."""
     deadline = time.monotonic() + timeout_s
-    while title not in run(client, ["wmctrl", "-l"]):
-        assert time.monotonic() < deadline, f"no window {title!r} after {timeout_s:.0f} s"
+    while True:
+        # wmctrl fails (X error BadWindow) when a window closes while it lists them, as start-up splashes
+        # do: that is "not yet", asked again
+        listed = client.execute(["wmctrl", "-l"], timeout_s=120)
+        if listed.get("returncode") == 0 and title in listed["output"]:
+            return
+        assert time.monotonic() < deadline, f"no window {title!r} after {timeout_s:.0f} s (last: {listed})"
         time.sleep(0.2)
 
 
