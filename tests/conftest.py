@@ -10,10 +10,11 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # One XLA compilation cache for the session, both workers and every run the tests start in a subprocess: those
 # runs compile the same programs (configs/default.py:smoke for 2 steps: 87 s cold, 36 s from the cache, the
-# same metrics). A size limit turns on the cache's file lock, so concurrent processes never read half a file.
+# same metrics). No size limit: with one, every write lists and sizes the whole cache under a lock, which made
+# the suite over twice as slow (tests/rl/test_remat.py 73 -> 652 s); without, a read that races a write of the
+# same entry fails to decompress, and JAX warns and compiles (tests/rl/test_remat.py: 60 s uncached, 56 s cold).
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(tempfile.gettempdir(), "rlanything_jax_xla_cache"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
-os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(4 << 30))
 
 import pytest  # noqa: E402
 
