@@ -127,8 +127,11 @@ def stop_app(client, name: str, quit_keys: tuple[str, ...] = (), window: str = "
     deadline = time.monotonic() + 60
     while quit_keys and client.execute(["pgrep", "-x", name])["returncode"] == 0:
         assert time.monotonic() < deadline, f"{name} did not quit on {'+'.join(quit_keys)}"
+        # Neither must succeed: the window may close under them (an X BadWindow error), which is the point;
+        # the loop asks again until the process is gone or the deadline passes.
         client.execute(["wmctrl", "-a", window])
-        run(client, ["python", "-c", f"import pyautogui, time; pyautogui.hotkey(*{list(quit_keys)!r}); time.sleep(2)"])
+        press = f"import pyautogui, time; pyautogui.hotkey(*{list(quit_keys)!r}); time.sleep(2)"
+        client.execute(["python", "-c", press], timeout_s=120)
     run(client, f"for i in $(seq 300); do pgrep -x {name} >/dev/null || exit 0; sleep 0.1; done; exit 1", shell=True)
 
 
