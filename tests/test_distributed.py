@@ -112,6 +112,18 @@ def test_the_main_command_in_two_processes_says_who_speaks_and_stops_cleanly(tmp
     assert seconds < 60
 
 
+@pytest.mark.slow
+def test_a_process_late_to_its_first_collective_is_waited_for_once_the_groups_are_formed(tmp_path):
+    """gloo waits only 30 s for the processes of a device group at the group's first collective; the run
+    connects every group it may use at the start, so a process 35 s late to a program is waited for (and a
+    group XLA cuts out of a mesh axis is among them)."""
+    codes, logs, _ = _two_processes(tmp_path, -1, [str(ROOT / "tests" / "late_peer_worker.py"), "form"])
+    assert codes == [0, 0], logs
+    for index, text in enumerate(logs):
+        # 2 x 2 devices, fsdp = 4 = 2 x 2: three sets of its factors, and process_allgather's own mesh.
+        assert f"[p{index}/2] 4 groups formed; sum 8.0; groups connected later: []" in text, text
+
+
 def _launch(tmp_path: Path, *arguments: str) -> tuple[subprocess.CompletedProcess, float]:
     started = time.monotonic()
     result = subprocess.run([sys.executable, str(ROOT / "launchers" / "local_multiprocess.py"), "--num_processes=2",

@@ -13,7 +13,10 @@ For a single process these are a `device_put`, an `np.asarray` and a one-element
 
 from __future__ import annotations
 
+import functools
+import itertools
 import pickle
+from collections.abc import Iterable
 from typing import Any
 
 import jax
@@ -90,9 +93,66 @@ def allgather_objects(value: Any) -> list[Any]:
     return [pickle.loads(gathered[i, :int(size)].tobytes()) for i, size in enumerate(sizes)]
 
 
-def barrier(name: str) -> None:
-    """Waits until every process reaches the barrier of this name (no-op for one process)."""
+def barrier(name: str, timeout_s: float = 3600) -> None:
+    """Waits until every process reaches the barrier of this name (no-op for one process). The coordination
+    service's barrier, not a collective: a group of devices' first collective waits only 30 s for its peers
+    (`form_collective_groups`), and a barrier exists to wait for slow work. A lost peer ends the wait sooner
+    (the heartbeat)."""
     if jax.process_count() > 1:
-        from jax.experimental import multihost_utils
+        _coordination_client().wait_at_barrier(f"{name}/{next(_barriers)}", int(timeout_s * 1000))
 
-        multihost_utils.sync_global_devices(name)
+
+def form_collective_groups(meshes: Iterable[jax.sharding.Mesh], timeout_s: float = 3600) -> int:
+    """Connects, once and behind a barrier, every group of devices that programs on `meshes` (and this
+    module's gathers) may reduce or gather over. Returns how many groups it used.
+
+    On CPU, JAX's collectives (gloo) connect a group at its first collective and wait only 30 s, gloo's fixed
+    rendezvous timeout, for the group's other processes: a process that compiles the first program using a
+    group that much later than its peers (oversubscribed cores, one process's cold compilation cache) fails
+    the run with "Gloo context initialization failed". A connected group lasts as long as the process, and
+    a collective on it waits for its peers as long as XLA's collective timeout (minutes). GPUs and TPUs
+    connect their groups otherwise: nothing to do there.
+
+    The groups: XLA's partitioner also splits a mesh axis (an array dimension that 8 devices do not divide
+    may be gathered over 2 x 4 of them), so each axis is cut into its prime factors and every set of those
+    factors is one psum."""
+    if jax.process_count() == 1 or jax.default_backend() != "cpu":
+        return 0
+    from jax.experimental import multihost_utils
+
+    barrier("collective groups", timeout_s)
+    groups = 0
+    for mesh in dict.fromkeys(meshes):   # the learners' and the samplers' may be one mesh
+        factors = [factor for size in mesh.devices.shape for factor in _prime_factors(size)]
+        names = tuple(f"factor{i}" for i in range(len(factors)))
+        factored = jax.sharding.Mesh(mesh.devices.reshape(factors), names)
+        spec = jax.sharding.PartitionSpec(names)
+        ones = jax.make_array_from_callback((factored.size,), jax.sharding.NamedSharding(factored, spec),
+                                            lambda index: np.ones(1, np.float32))
+        for subset in itertools.chain.from_iterable(itertools.combinations(names, n) for n in range(1, len(names) + 1)):
+            summed = jax.shard_map(functools.partial(jax.lax.psum, axis_name=subset), mesh=factored,
+                                   in_specs=spec, out_specs=spec)
+            jax.block_until_ready(jax.jit(summed)(ones))
+            groups += 1
+    multihost_utils.process_allgather(np.zeros(1, np.float32))   # its own mesh: processes x local devices
+    return groups + 1
+
+
+def _prime_factors(n: int) -> list[int]:
+    factors, divisor = [], 2
+    while n > 1:
+        while n % divisor == 0:
+            factors.append(divisor)
+            n //= divisor
+        divisor += 1
+    return factors
+
+
+def _coordination_client():
+    # JAX's coordination service client, reached as orbax reaches it.
+    from jax._src import distributed
+
+    return distributed.global_state.client
+
+
+_barriers = itertools.count()   # every process passes the same barriers in the same order

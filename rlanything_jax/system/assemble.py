@@ -24,7 +24,7 @@ from rlanything_jax.agents.reward_models import RewardModelRole, make_role
 from rlanything_jax.agents.rollout_config import RolloutConfig
 from rlanything_jax.agents.scenario import GeneratorContext, Scenario, TaskCounts, TaskSets
 from rlanything_jax.agents.trajectory import Episode
-from rlanything_jax.core import multihost, sharding
+from rlanything_jax.core import multihost
 from rlanything_jax.core.models import load_pretrained
 from rlanything_jax.core.models.attention_kernels import resolve_attention
 from rlanything_jax.core.models.families import build_scratch_model
@@ -152,13 +152,12 @@ def learner_for(cfg: RunConfig, role: str, model, tokenizer, mesh) -> Learner:
                    images=ImageTraining.of(model, freeze_vision=cfg.model.freeze_vision))
 
 
-def build_mesh(cfg: RunConfig):
-    return sharding.build_mesh(dict(cfg.mesh.shape))
-
-
 def build_meshes(cfg: RunConfig) -> placement.Meshes:
-    """The learners' and the samplers' meshes (one and the same unless `mesh.placement=split`)."""
-    return placement.build_meshes(dict(cfg.mesh.shape), cfg.mesh.placement)
+    """The learners' and the samplers' meshes (one and the same unless `mesh.placement=split`), their device
+    groups connected across processes (`multihost.form_collective_groups`)."""
+    meshes = placement.build_meshes(dict(cfg.mesh.shape), cfg.mesh.placement)
+    multihost.form_collective_groups((meshes.learner, meshes.sampler))
+    return meshes
 
 
 # ---------------------------------------------------------------- settings
