@@ -38,20 +38,29 @@ COLUMNS = (("held_out_success_start", "held-out success (start)"), ("held_out_su
            ("reward_model/outcome_accuracy_last", "RM outcome acc"), ("accepted_tasks", "accepted tasks"))
 
 
-def _cell(values: list[float]) -> str:
-    values = [v for v in values if v is not None]
-    if not values:
+def _cell(values: list[float | None], form: str = ".3f") -> str:
+    """Mean ± population spread over seeds; one seed's value alone (it has no spread)."""
+    present = [v for v in values if v is not None]
+    if not present:
         return "-"
-    mean = statistics.mean(values)
-    spread = statistics.pstdev(values) if len(values) > 1 else 0.0
-    return f"{mean:.3f} ± {spread:.3f}"
+    if len(present) == 1:
+        return format(present[0], form)
+    return f"{format(statistics.mean(present), form)} ± {format(statistics.pstdev(present), form.lstrip('+'))}"
+
+
+def _gain_points(run: dict) -> float | None:
+    start, end = run.get("held_out_success_start"), run.get("held_out_success_end")
+    return None if start is None or end is None else 100 * (end - start)
 
 
 def ablation_table(summaries: dict[str, list[dict]]) -> str:
-    lines = ["| row | " + " | ".join(title for _, title in COLUMNS) + " |",
-             "|---|" + "---|" * len(COLUMNS)]
+    lines = ["| row | seeds | held-out gain (points) | " + " | ".join(title for _, title in COLUMNS) + " |",
+             "|---|---|---|" + "---|" * len(COLUMNS)]
     for row, runs in summaries.items():
-        lines.append(f"| {row} | " + " | ".join(_cell([r.get(key) for r in runs]) for key, _ in COLUMNS) + " |")
+        seeds = ", ".join(str(r["seed"]) for r in runs if "seed" in r) or str(len(runs))
+        cells = [seeds, _cell([_gain_points(r) for r in runs], "+.1f")]
+        cells += [_cell([r.get(key) for r in runs]) for key, _ in COLUMNS]
+        lines.append(f"| {row} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -12,9 +12,13 @@ def test_table_and_plot(tmp_path):
                         "reward_model/probe_step_accuracy_last": 0.8}],
     }
     table = ablation_table(summaries)
-    assert "| outcome_only | 0.250 ± 0.000 | 0.400 ± 0.100 | - | - | - | - | 0.000 ± 0.000 |" in table
-    assert ("| rlanything | 0.250 ± 0.000 | 0.750 ± 0.000 | 0.700 ± 0.000 | 0.800 ± 0.000 | 0.600 ± 0.000 | - "
-            "| 4.000 ± 0.000 |") in table
+    # Two seeds: mean ± population spread (gains +25 and +5 points); one seed: its values alone.
+    assert ("| outcome_only | 2 | +15.0 ± 10.0 | 0.250 ± 0.000 | 0.400 ± 0.100 | - | - | - | - "
+            "| 0.000 ± 0.000 |") in table
+    assert "| rlanything | 1 | +50.0 | 0.250 | 0.750 | 0.700 | 0.800 | 0.600 | - | 4.000 |" in table
+    named = ablation_table({"rlanything": [{"seed": 10086, "held_out_success_start": 0.25},
+                                           {"seed": 10087, "held_out_success_start": 0.5}]})
+    assert "| rlanything | 10086, 10087 | - | 0.375 ± 0.125 | - |" in named
     plot_ablation(summaries, tmp_path / "a.png")
     assert (tmp_path / "a.png").read_bytes()[:4] == b"\x89PNG"
 
