@@ -69,7 +69,7 @@ def main() -> None:
     tasks = assemble.build_tasks(cfg, scenario, workdir / "games")
     importlib.import_module(scenario.env_module)
     expert_env = make_env(tasks.train[0].kind)
-    mesh = assemble.build_mesh(cfg)
+    mesh = assemble.build_meshes(cfg).learner
     samplers, learners = {}, {}
     for role in assemble.ROLES:
         directory = assemble.model_dir(cfg, role, workdir, lambda: assemble.scratch_corpus(
