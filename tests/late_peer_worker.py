@@ -12,9 +12,8 @@ LATE_S = 35
 
 
 def group_keys() -> set[str]:
-    from jax._src import distributed as jax_distributed
-
-    return {key.split("/")[1] for key, _ in jax_distributed.global_state.client.key_value_dir_get_bytes("cpu:gloo/")}
+    """The device groups gloo has connected: its keys in the coordination service, cpu:gloo/<devices>/<rank>."""
+    return {key.split("/")[1] for key, _ in multihost._coordination_client().key_value_dir_get_bytes("cpu:gloo/")}
 
 
 def main() -> None:
