@@ -85,6 +85,9 @@ def policy_examples(groups: Mapping[str, Sequence[JudgedEpisode]], cfg: SignalCo
         if bonus is not None and task_id in bonus:
             rewards = rewards + np.asarray(bonus[task_id], np.float32)[:, None] * mask
         advantages = np.asarray(stepwise_group_advantages(rewards, mask, cfg.advantage_singleton))
+        votes = np.asarray(integrated_step_reward(0.0, arrays.judgments, arrays.valid, cfg.step_weight))
+        without = np.asarray(stepwise_group_advantages(rewards - votes * mask, mask, cfg.advantage_singleton))
+        metrics.update(judgment_sway(advantages, without, mask))
         metrics["policy_data/tasks"] += 1
         for g, item in enumerate(trainable):
             episode_rows, packing = episode_examples(item.episode, advantages[g], pack_turns)
@@ -92,6 +95,20 @@ def policy_examples(groups: Mapping[str, Sequence[JudgedEpisode]], cfg: SignalCo
             metrics.update(packing)
     metrics["policy_data/examples"] += len(examples)
     return examples, dict(metrics)
+
+
+def judgment_sway(advantages: np.ndarray, without_judgments: np.ndarray, mask: np.ndarray) -> Counts:
+    """How much the judgments decide the policy's signal: of a task's steps (`policy_data/steps`), those
+    whose advantage has another sign than the same rewards give without the judgments' term (a zero counts
+    as a sign: a turn that only lost rollouts reach has an advantage through the judgments alone), and
+    those whose sign the judgments reverse."""
+    def sign(values: np.ndarray) -> np.ndarray:
+        return np.where(np.abs(values) < 1e-6, 0, np.sign(values))
+    steps = mask.astype(bool)
+    with_, without = sign(advantages), sign(without_judgments)
+    changed = steps & (with_ != without)
+    return {"policy_data/steps": int(steps.sum()), "policy_data/judgment_sign_changes": int(changed.sum()),
+            "policy_data/judgment_sign_reversals": int((changed & (with_ == -without)).sum())}
 
 
 def episode_examples(episode: Episode, advantages: Sequence[float],

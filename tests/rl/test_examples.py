@@ -39,6 +39,23 @@ def test_policy_advantages_per_step_index(groups):
     got = {tuple(e.prompt_ids): e.advantage for e in examples}
     assert got == {(0, 0): pytest.approx(1.0), (0, 1): pytest.approx(2.0), (1, 0): pytest.approx(-1.0)}
     assert metrics["policy_data/examples"] == 3
+    # Without the judgments: step 0 z [1, -1], step 1 raw 1; the judgments change no sign.
+    assert (metrics["policy_data/steps"], metrics["policy_data/judgment_sign_changes"]) == (3, 0)
+
+
+def test_the_steps_whose_advantage_sign_the_judgments_decide_are_counted():
+    # One step each, R = O + mean(S): won 1 - 1 = 0, lost -1 + 1 = 0, lost -1 - 1 = -2. With judgments the
+    # z-scores are [1/sqrt2, 1/sqrt2, -sqrt2]; without, O alone gives [sqrt2, -1/sqrt2, -1/sqrt2]: the second
+    # rollout's sign is reversed. A second step only the won rollout reaches keeps its raw R = 1 + 1/3 with
+    # and 1 without (no change); a third that only a lost one reaches: -1 + 1 = 0 with, -1 without (changed).
+    rows = {"t": [_episode(0, True, [[-1, -1, -1], [1, 1, -1]]), _episode(1, False, [[1, 1, 1]]),
+                  _episode(2, False, [[-1, -1, -1], [-1, -1, -1], [1, 1, 1]])]}
+    examples, metrics = policy_examples(rows, SignalConfig())
+    assert [e.advantage for e in examples][:1] == pytest.approx([1 / np.sqrt(2)])
+    assert metrics["policy_data/steps"] == 6
+    # Step 1: won 4/3 and lost -2 with, 1 and -1 without: the same signs. Step 2: only the lost one, 0 vs -1.
+    assert metrics["policy_data/judgment_sign_changes"] == 2
+    assert metrics["policy_data/judgment_sign_reversals"] == 1
 
 
 def test_outcome_only_and_step_only_ablations(groups):
