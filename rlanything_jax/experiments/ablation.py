@@ -35,7 +35,9 @@ COLUMNS = (("held_out_success_start", "held-out success (start)"), ("held_out_su
            ("reward_model/probe_step_accuracy_last", "RM probe step acc (end)"),
            # On each step's own rollouts, which move with the policy.
            ("reward_model/step_accuracy_last", "RM step acc on rollouts (end)"),
-           ("reward_model/outcome_accuracy_last", "RM outcome acc"), ("accepted_tasks", "accepted tasks"))
+           ("reward_model/outcome_accuracy_last", "RM outcome acc"), ("accepted_tasks", "accepted tasks"),
+           # The share of the policy's step advantages whose sign the judgments set (examples.judgment_sway).
+           ("judgment_sign_changes_share", "policy steps signed by the judgments"))
 
 
 def _cell(values: list[float | None], form: str = ".3f") -> str:

@@ -391,6 +391,10 @@ def finish(cfg: RunConfig, workdir: Path, seconds: float, blocking_save_s: list[
         values = [line[key] for line in lines if isinstance(line.get(key), float)]
         if values:   # a scenario reports the reward-model accuracies of its kind of reward model
             summary[key + "_first"], summary[key + "_last"] = values[0], values[-1]
+    steps = sum(line.get("policy_data/steps", 0) for line in lines)
+    if steps:   # how much the judgments decided the policy's signal, over the run's policy steps
+        summary["judgment_sign_changes_share"] = sum(line.get("policy_data/judgment_sign_changes", 0)
+                                                     for line in lines) / steps
     (workdir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     plot_curves(lines, CURVES, workdir / "curves.png", title=f"{cfg.config_file or cfg.scenario} / {cfg.ablation} / "
                                                              f"seed {cfg.seed}")

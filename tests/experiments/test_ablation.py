@@ -9,13 +9,13 @@ def test_table_and_plot(tmp_path):
                          {"held_out_success_start": 0.25, "held_out_success_end": 0.3, "accepted_tasks": 0}],
         "rlanything": [{"held_out_success_start": 0.25, "held_out_success_end": 0.75, "accepted_tasks": 4,
                         "reward_model/step_accuracy_last": 0.6, "reward_model/probe_step_accuracy_first": 0.7,
-                        "reward_model/probe_step_accuracy_last": 0.8}],
+                        "reward_model/probe_step_accuracy_last": 0.8, "judgment_sign_changes_share": 0.25}],
     }
     table = ablation_table(summaries)
     # Two seeds: mean ± population spread (gains +25 and +5 points); one seed: its values alone.
     assert ("| outcome_only | 2 | +15.0 ± 10.0 | 0.250 ± 0.000 | 0.400 ± 0.100 | - | - | - | - "
-            "| 0.000 ± 0.000 |") in table
-    assert "| rlanything | 1 | +50.0 | 0.250 | 0.750 | 0.700 | 0.800 | 0.600 | - | 4.000 |" in table
+            "| 0.000 ± 0.000 | - |") in table
+    assert "| rlanything | 1 | +50.0 | 0.250 | 0.750 | 0.700 | 0.800 | 0.600 | - | 4.000 | 0.250 |" in table
     named = ablation_table({"rlanything": [{"seed": 10086, "held_out_success_start": 0.25},
                                            {"seed": 10087, "held_out_success_start": 0.5}]})
     assert "| rlanything | 10086, 10087 | - | 0.375 ± 0.125 | - |" in named
@@ -56,3 +56,19 @@ def test_report_reads_only_finished_runs(tmp_path):
     assert _finished_summary(tmp_path / "done", 10) == {"steps": 10, "held_out_success_end": 0.5}
     assert _finished_summary(tmp_path / "shorter", 10) is None
     assert _finished_summary(tmp_path / "running", 10) is None
+
+
+def test_a_runs_summary_holds_the_share_of_policy_steps_its_judgments_signed(tmp_path):
+    import json
+
+    from rlanything_jax.system.config import load_config
+    from rlanything_jax.system.run import finish
+
+    lines = [{"step": 0, "eval/success_rate": 0.25},
+             {"step": 1, "policy_data/steps": 30, "policy_data/judgment_sign_changes": 3},
+             {"step": 2},   # no task in the band: no policy data
+             {"step": 3, "policy_data/steps": 10, "policy_data/judgment_sign_changes": 7, "eval/success_rate": 0.5}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    summary = finish(load_config("configs/default.py:smoke"), tmp_path, 1.0)
+    assert summary["judgment_sign_changes_share"] == (3 + 7) / (30 + 10)
+    assert (summary["held_out_success_start"], summary["held_out_success_end"]) == (0.25, 0.5)
