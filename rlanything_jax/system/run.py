@@ -13,7 +13,6 @@ import dataclasses
 import functools
 import importlib
 import json
-import math
 import os
 import time
 from collections.abc import Callable
@@ -44,16 +43,12 @@ from rlanything_jax.system.metrics import (
     MetricsWriter,
     NullMetricsWriter,
     format_step_line,
-    plot_curves,
     process_memory,
-    read_metrics,
     release_host_memory,
 )
+from rlanything_jax.system.summary import finish
 from rlanything_jax.system.trackers import tracker_names
 
-CURVES = ("rollout/success_rate", "eval/success_rate", "reward_model/step_accuracy",
-          "reward_model/probe_step_accuracy", "reward_model/outcome_accuracy", "reward_model/unit_test_accuracy",
-          "curriculum/accepted_total", "time/step_s")
 CHECKPOINTS = "checkpoints"
 
 
@@ -361,41 +356,3 @@ def run_rl(cfg: RunConfig, log: Callable[[str], None] = print) -> dict:
     if not primary:
         return {"process_index": jax.process_index(), "outputs": "written by process 0", "workdir": str(workdir)}
     return finish(cfg, workdir, time.perf_counter() - started, checkpointer.blocking_save_s)
-
-
-def time_split(lines: list[dict], blocking_save_s: list[float]) -> dict[str, float]:
-    """Mean seconds per RL step of each timed part (`time/<part>_s`), and of a checkpoint save's blocking part."""
-    steps = [line for line in lines if line.get("step", 0) >= 1]
-    keys = sorted({k for line in steps for k in line if k.startswith("time/") and k.endswith("_s")})
-    split = {key[len("time/"):-len("_s")]: round(sum(line.get(key, 0.0) for line in steps) / len(steps), 3)
-             for key in keys} if steps else {}
-    if blocking_save_s:
-        split["checkpoint_save"] = round(sum(blocking_save_s) / len(blocking_save_s), 3)
-    return split
-
-
-def finish(cfg: RunConfig, workdir: Path, seconds: float, blocking_save_s: list[float] = ()) -> dict:
-    lines = read_metrics(workdir / "metrics.jsonl")
-    evals = [(line["step"], line["eval/success_rate"]) for line in lines
-             if isinstance(line.get("eval/success_rate"), float) and not math.isnan(line["eval/success_rate"])]
-    summary = {"config": cfg.config_file, "scenario": cfg.scenario, "ablation": cfg.ablation, "seed": cfg.seed,
-               "steps": cfg.loop.total_steps,
-               "held_out_success_start": evals[0][1] if evals else None,
-               "held_out_success_end": evals[-1][1] if evals else None,
-               "accepted_tasks": int(max((line.get("curriculum/accepted_total", 0) for line in lines), default=0)),
-               "seconds_this_session": round(seconds, 1),
-               # mean seconds per step (the phases; within them the environment and the samplers)
-               "time_split_s": time_split(lines, list(blocking_save_s))}
-    for key in ("reward_model/step_accuracy", "reward_model/probe_step_accuracy", "reward_model/outcome_accuracy",
-                "reward_model/unit_test_accuracy"):
-        values = [line[key] for line in lines if isinstance(line.get(key), float)]
-        if values:   # a scenario reports the reward-model accuracies of its kind of reward model
-            summary[key + "_first"], summary[key + "_last"] = values[0], values[-1]
-    steps = sum(line.get("policy_data/steps", 0) for line in lines)
-    if steps:   # how much the judgments decided the policy's signal, over the run's policy steps
-        summary["judgment_sign_changes_share"] = sum(line.get("policy_data/judgment_sign_changes", 0)
-                                                     for line in lines) / steps
-    (workdir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    plot_curves(lines, CURVES, workdir / "curves.png", title=f"{cfg.config_file or cfg.scenario} / {cfg.ablation} / "
-                                                             f"seed {cfg.seed}")
-    return summary

@@ -62,7 +62,7 @@ def test_a_runs_summary_holds_the_share_of_policy_steps_its_judgments_signed(tmp
     import json
 
     from rlanything_jax.system.config import load_config
-    from rlanything_jax.system.run import finish
+    from rlanything_jax.system.summary import finish
 
     lines = [{"step": 0, "eval/success_rate": 0.25},
              {"step": 1, "policy_data/steps": 30, "policy_data/judgment_sign_changes": 3},

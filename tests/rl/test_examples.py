@@ -46,8 +46,8 @@ def test_policy_advantages_per_step_index(groups):
 def test_the_steps_whose_advantage_sign_the_judgments_decide_are_counted():
     # One step each, R = O + mean(S): won 1 - 1 = 0, lost -1 + 1 = 0, lost -1 - 1 = -2. With judgments the
     # z-scores are [1/sqrt2, 1/sqrt2, -sqrt2]; without, O alone gives [sqrt2, -1/sqrt2, -1/sqrt2]: the second
-    # rollout's sign is reversed. A second step only the won rollout reaches keeps its raw R = 1 + 1/3 with
-    # and 1 without (no change); a third that only a lost one reaches: -1 + 1 = 0 with, -1 without (changed).
+    # rollout's sign is reversed. A third step that only the last rollout reaches keeps its raw R: -1 + 1 = 0
+    # with, -1 without (changed).
     rows = {"t": [_episode(0, True, [[-1, -1, -1], [1, 1, -1]]), _episode(1, False, [[1, 1, 1]]),
                   _episode(2, False, [[-1, -1, -1], [-1, -1, -1], [1, 1, 1]])]}
     examples, metrics = policy_examples(rows, SignalConfig())
